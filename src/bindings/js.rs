@@ -1,0 +1,353 @@
+//! Reading JavaScript arguments and building JavaScript values, with our own error messages.
+//!
+//! Arguments arrive as untyped values and are checked here, so that a wrong type becomes an
+//! `ERR_INVALID_ARGUMENT` rejection naming the argument instead of a generic napi error thrown
+//! synchronously. [`js_error`] is the single place an [`Error`] becomes a JS `Error` with `code`.
+
+use std::ptr;
+
+use napi::{sys, Env};
+
+use crate::error::{Error, Result};
+
+/// A JS value and its environment, valid for the current native call on the JS thread.
+#[derive(Clone, Copy)]
+pub struct Js {
+    pub env: sys::napi_env,
+    pub raw: sys::napi_value,
+}
+
+fn ok(status: sys::napi_status) -> Result<()> {
+    if status == sys::Status::napi_ok {
+        Ok(())
+    } else {
+        Err(Error::Internal(format!("napi call failed with status {status}")))
+    }
+}
+
+impl Js {
+    pub fn new(env: &Env, raw: sys::napi_value) -> Js {
+        Js { env: env.raw(), raw }
+    }
+
+    pub fn type_of(&self) -> sys::napi_valuetype {
+        let mut t = 0;
+        unsafe { sys::napi_typeof(self.env, self.raw, &mut t) };
+        t
+    }
+
+    /// `undefined` or `null` (or a missing argument).
+    pub fn is_nullish(&self) -> bool {
+        self.raw.is_null() || matches!(self.type_of(), sys::ValueType::napi_undefined | sys::ValueType::napi_null)
+    }
+
+    pub fn string(&self, what: &str) -> Result<String> {
+        if self.type_of() != sys::ValueType::napi_string {
+            return Err(Error::invalid(format!("{what} must be a string")));
+        }
+        let mut len = 0usize;
+        ok(unsafe { sys::napi_get_value_string_utf8(self.env, self.raw, ptr::null_mut(), 0, &mut len) })?;
+        let mut buf = vec![0u8; len + 1];
+        let mut written = 0usize;
+        ok(unsafe {
+            sys::napi_get_value_string_utf8(self.env, self.raw, buf.as_mut_ptr().cast(), len + 1, &mut written)
+        })?;
+        buf.truncate(written);
+        // napi produces valid UTF-8 (lone surrogates become U+FFFD).
+        String::from_utf8(buf).map_err(|_| Error::invalid(format!("{what} is not valid text")))
+    }
+
+    /// The string as UTF-16 code units, for JS-order comparisons.
+    pub fn string_utf16(&self, what: &str) -> Result<Vec<u16>> {
+        if self.type_of() != sys::ValueType::napi_string {
+            return Err(Error::invalid(format!("{what} must be a string")));
+        }
+        let mut len = 0usize;
+        ok(unsafe { sys::napi_get_value_string_utf16(self.env, self.raw, ptr::null_mut(), 0, &mut len) })?;
+        let mut buf = vec![0u16; len + 1];
+        let mut written = 0usize;
+        ok(unsafe { sys::napi_get_value_string_utf16(self.env, self.raw, buf.as_mut_ptr(), len + 1, &mut written) })?;
+        buf.truncate(written);
+        Ok(buf)
+    }
+
+    pub fn number(&self, what: &str) -> Result<f64> {
+        if self.type_of() != sys::ValueType::napi_number {
+            return Err(Error::invalid(format!("{what} must be a number")));
+        }
+        let mut v = 0f64;
+        ok(unsafe { sys::napi_get_value_double(self.env, self.raw, &mut v) })?;
+        Ok(v)
+    }
+
+    /// A finite number with an integral value within ±(2^53−1).
+    pub fn safe_integer(&self, what: &str) -> Result<i64> {
+        let v = self.number(what)?;
+        if !v.is_finite() || v.fract() != 0.0 || v.abs() > 9_007_199_254_740_991.0 {
+            return Err(Error::invalid(format!("{what} must be a safe integer")));
+        }
+        Ok(v as i64)
+    }
+
+    pub fn boolean(&self, what: &str) -> Result<bool> {
+        if self.type_of() != sys::ValueType::napi_boolean {
+            return Err(Error::invalid(format!("{what} must be a boolean")));
+        }
+        let mut v = false;
+        ok(unsafe { sys::napi_get_value_bool(self.env, self.raw, &mut v) })?;
+        Ok(v)
+    }
+
+    /// A bigint that fits in i64.
+    pub fn bigint(&self, what: &str) -> Result<i64> {
+        if self.type_of() != sys::ValueType::napi_bigint {
+            return Err(Error::invalid(format!("{what} must be a bigint")));
+        }
+        let mut v = 0i64;
+        let mut lossless = false;
+        ok(unsafe { sys::napi_get_value_bigint_int64(self.env, self.raw, &mut v, &mut lossless) })?;
+        if !lossless {
+            return Err(Error::invalid(format!("{what} is out of the 64-bit range")));
+        }
+        Ok(v)
+    }
+
+    pub fn is_object(&self) -> bool {
+        self.type_of() == sys::ValueType::napi_object
+    }
+
+    pub fn is_array(&self) -> bool {
+        let mut v = false;
+        unsafe { sys::napi_is_array(self.env, self.raw, &mut v) };
+        v
+    }
+
+    /// Requires a plain value of type object (arrays and null refused).
+    pub fn object(&self, what: &str) -> Result<Js> {
+        if !self.is_object() || self.is_array() {
+            return Err(Error::invalid(format!("{what} must be an object")));
+        }
+        Ok(*self)
+    }
+
+    /// Property `key`, or `None` when it is absent or `undefined`.
+    pub fn get(&self, key: &str) -> Result<Option<Js>> {
+        let mut k = ptr::null_mut();
+        ok(unsafe { sys::napi_create_string_utf8(self.env, key.as_ptr().cast(), key.len() as isize, &mut k) })?;
+        let mut v = ptr::null_mut();
+        ok(unsafe { sys::napi_get_property(self.env, self.raw, k, &mut v) })?;
+        let js = Js { env: self.env, raw: v };
+        Ok(if js.type_of() == sys::ValueType::napi_undefined { None } else { Some(js) })
+    }
+
+    /// Property `key` when present and not `null`.
+    pub fn opt(&self, key: &str) -> Result<Option<Js>> {
+        Ok(self.get(key)?.filter(|v| !v.is_nullish()))
+    }
+
+    /// Own enumerable string keys.
+    pub fn keys(&self) -> Result<Vec<String>> {
+        let mut names = ptr::null_mut();
+        ok(unsafe { sys::napi_get_property_names(self.env, self.raw, &mut names) })?;
+        let names = Js { env: self.env, raw: names };
+        names.elements("keys")?.iter().map(|k| k.string("key")).collect()
+    }
+
+    pub fn array_len(&self, what: &str) -> Result<u32> {
+        if !self.is_array() {
+            return Err(Error::invalid(format!("{what} must be an array")));
+        }
+        let mut n = 0u32;
+        ok(unsafe { sys::napi_get_array_length(self.env, self.raw, &mut n) })?;
+        Ok(n)
+    }
+
+    pub fn element(&self, i: u32) -> Result<Js> {
+        let mut v = ptr::null_mut();
+        ok(unsafe { sys::napi_get_element(self.env, self.raw, i, &mut v) })?;
+        Ok(Js { env: self.env, raw: v })
+    }
+
+    pub fn elements(&self, what: &str) -> Result<Vec<Js>> {
+        let n = self.array_len(what)?;
+        (0..n).map(|i| self.element(i)).collect()
+    }
+
+    /// The bytes of a `Buffer`/`Uint8Array`, without copying. Valid during the current call.
+    pub fn byte_slice(&self) -> Option<&[u8]> {
+        let mut is_ta = false;
+        unsafe { sys::napi_is_typedarray(self.env, self.raw, &mut is_ta) };
+        if !is_ta {
+            return None;
+        }
+        let mut kind = 0;
+        let mut len = 0usize;
+        let mut data = ptr::null_mut();
+        let mut ab = ptr::null_mut();
+        let mut offset = 0usize;
+        let st = unsafe {
+            sys::napi_get_typedarray_info(self.env, self.raw, &mut kind, &mut len, &mut data, &mut ab, &mut offset)
+        };
+        if st != sys::Status::napi_ok || kind != sys::TypedarrayType::uint8_array {
+            return None;
+        }
+        if len == 0 {
+            return Some(&[]);
+        }
+        Some(unsafe { std::slice::from_raw_parts(data as *const u8, len) })
+    }
+
+    /// A `Buffer`/`Uint8Array` (copied) or a string (as UTF-8).
+    pub fn bytes(&self, what: &str) -> Result<Vec<u8>> {
+        if let Some(b) = self.byte_slice() {
+            return Ok(b.to_vec());
+        }
+        if self.type_of() == sys::ValueType::napi_string {
+            return Ok(self.string(what)?.into_bytes());
+        }
+        Err(Error::invalid(format!("{what} must be a Buffer, a Uint8Array or a string")))
+    }
+}
+
+/// Builders for result values.
+pub struct Out<'a> {
+    pub env: &'a Env,
+}
+
+impl<'a> Out<'a> {
+    pub fn new(env: &'a Env) -> Self {
+        Out { env }
+    }
+
+    fn raw(&self) -> sys::napi_env {
+        self.env.raw()
+    }
+
+    pub fn object(&self) -> napi::Result<sys::napi_value> {
+        let mut v = ptr::null_mut();
+        napi_ok(unsafe { sys::napi_create_object(self.raw(), &mut v) })?;
+        Ok(v)
+    }
+
+    pub fn set(&self, obj: sys::napi_value, key: &str, value: sys::napi_value) -> napi::Result<()> {
+        let mut k = ptr::null_mut();
+        napi_ok(unsafe { sys::napi_create_string_utf8(self.raw(), key.as_ptr().cast(), key.len() as isize, &mut k) })?;
+        napi_ok(unsafe { sys::napi_set_property(self.raw(), obj, k, value) })
+    }
+
+    pub fn str(&self, s: &str) -> napi::Result<sys::napi_value> {
+        let mut v = ptr::null_mut();
+        napi_ok(unsafe { sys::napi_create_string_utf8(self.raw(), s.as_ptr().cast(), s.len() as isize, &mut v) })?;
+        Ok(v)
+    }
+
+    pub fn num(&self, n: f64) -> napi::Result<sys::napi_value> {
+        let mut v = ptr::null_mut();
+        napi_ok(unsafe { sys::napi_create_double(self.raw(), n, &mut v) })?;
+        Ok(v)
+    }
+
+    pub fn u32(&self, n: u32) -> napi::Result<sys::napi_value> {
+        let mut v = ptr::null_mut();
+        napi_ok(unsafe { sys::napi_create_uint32(self.raw(), n, &mut v) })?;
+        Ok(v)
+    }
+
+    pub fn bigint(&self, n: i64) -> napi::Result<sys::napi_value> {
+        let mut v = ptr::null_mut();
+        napi_ok(unsafe { sys::napi_create_bigint_int64(self.raw(), n, &mut v) })?;
+        Ok(v)
+    }
+
+    pub fn bool(&self, b: bool) -> napi::Result<sys::napi_value> {
+        let mut v = ptr::null_mut();
+        napi_ok(unsafe { sys::napi_get_boolean(self.raw(), b, &mut v) })?;
+        Ok(v)
+    }
+
+    pub fn null(&self) -> napi::Result<sys::napi_value> {
+        let mut v = ptr::null_mut();
+        napi_ok(unsafe { sys::napi_get_null(self.raw(), &mut v) })?;
+        Ok(v)
+    }
+
+    pub fn undefined(&self) -> napi::Result<sys::napi_value> {
+        let mut v = ptr::null_mut();
+        napi_ok(unsafe { sys::napi_get_undefined(self.raw(), &mut v) })?;
+        Ok(v)
+    }
+
+    /// A `Buffer` holding a copy of `bytes`.
+    pub fn buffer(&self, bytes: &[u8]) -> napi::Result<sys::napi_value> {
+        let mut data = ptr::null_mut();
+        let mut v = ptr::null_mut();
+        napi_ok(unsafe {
+            sys::napi_create_buffer_copy(self.raw(), bytes.len(), bytes.as_ptr().cast(), &mut data, &mut v)
+        })?;
+        Ok(v)
+    }
+
+    pub fn array(&self, items: Vec<sys::napi_value>) -> napi::Result<sys::napi_value> {
+        let mut arr = ptr::null_mut();
+        napi_ok(unsafe { sys::napi_create_array_with_length(self.raw(), items.len(), &mut arr) })?;
+        for (i, item) in items.into_iter().enumerate() {
+            napi_ok(unsafe { sys::napi_set_element(self.raw(), arr, i as u32, item) })?;
+        }
+        Ok(arr)
+    }
+
+    pub fn opt_str(&self, s: Option<&str>) -> napi::Result<sys::napi_value> {
+        match s {
+            Some(s) => self.str(s),
+            None => self.null(),
+        }
+    }
+}
+
+fn napi_ok(status: sys::napi_status) -> napi::Result<()> {
+    if status == sys::Status::napi_ok {
+        Ok(())
+    } else {
+        Err(napi::Error::from_reason(format!("napi call failed with status {status}")))
+    }
+}
+
+/// Builds the JS `Error` for `err`: message, `code`, and the structured details.
+pub fn js_error(env: sys::napi_env, err: &Error) -> sys::napi_value {
+    let mk_str = |s: &str| {
+        let mut v = ptr::null_mut();
+        unsafe { sys::napi_create_string_utf8(env, s.as_ptr().cast(), s.len() as isize, &mut v) };
+        v
+    };
+    let set = |obj: sys::napi_value, key: &str, value: sys::napi_value| {
+        let k = mk_str(key);
+        unsafe { sys::napi_set_property(env, obj, k, value) };
+    };
+    let mut e = ptr::null_mut();
+    unsafe { sys::napi_create_error(env, mk_str(err.code()), mk_str(&err.to_string()), &mut e) };
+    match err {
+        Error::SeqMismatch { expected_next, stream, .. } => {
+            let mut v = ptr::null_mut();
+            unsafe { sys::napi_create_bigint_int64(env, *expected_next, &mut v) };
+            set(e, "expectedNext", v);
+            set(e, "stream", mk_str(stream));
+        }
+        Error::StreamNotFound { stream } | Error::StreamExists { stream, .. } | Error::StreamExpired { stream } => {
+            set(e, "stream", mk_str(stream));
+        }
+        Error::Storage { code, extended_code, .. } => {
+            set(e, "sqliteCode", mk_str(code));
+            let mut v = ptr::null_mut();
+            unsafe { sys::napi_create_int32(env, *extended_code, &mut v) };
+            set(e, "sqliteExtendedCode", v);
+        }
+        _ => {}
+    }
+    e
+}
+
+/// A `napi::Error` that throws the JS error built by [`js_error`] (for synchronous calls).
+pub fn throw(env: &Env, err: Error) -> napi::Error {
+    let value = js_error(env.raw(), &err);
+    napi::Error::from(unsafe { napi::bindgen_prelude::Unknown::from_raw_unchecked(env.raw(), value) })
+}

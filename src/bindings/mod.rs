@@ -1,0 +1,16 @@
+//! The napi layer: one file per JS class, conversion only.
+//!
+//! - [`js`]: argument checking and value building, and the one `Error` → JS error mapping;
+//! - [`port`]: the completion port that settles promises from native threads;
+//! - [`store`]: the `Store` class.
+//!
+//! No policy lives here: if a function in this module grows an `if` about touches, it belongs
+//! in a core module.
+
+// napi_env / napi_value are opaque engine handles handed straight back to N-API and never
+// dereferenced here, so functions taking them need not be `unsafe`.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+pub mod js;
+pub mod port;
+pub mod store;

@@ -1,0 +1,248 @@
+//! The completion port: how results computed on native threads become settled promises.
+//!
+//! Each owning JS object (a `Store`, a `TouchJournal`, …) has one [`Port`], backed by a single
+//! N-API threadsafe function with no JS callback. A promise is created on the JS thread
+//! ([`Port::promise`]) and handed out as a [`Ticket`], which is `Send`; whatever thread finishes
+//! the work calls [`Ticket::settle`]. Settlements queue up and one threadsafe call drains them
+//! on the JS thread, so a group commit of 1,000 appends or a flush waking 10,000 waiters costs
+//! one wake-up of the event loop, not one per promise.
+//!
+//! The port keeps the event loop alive exactly while promises are pending (it is referenced on
+//! the 0 → 1 transition and unreferenced on 1 → 0), like a timer would. A [`Ticket`] dropped
+//! without being settled rejects its promise with `ERR_INTERNAL`, so no promise is ever left
+//! pending by a bug in the native code.
+
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use napi::{sys, Env};
+use parking_lot::Mutex;
+
+use super::js::js_error;
+use crate::error::Error;
+
+/// Builds the resolved value on the JS thread (or returns the error to reject with).
+pub type Outcome = Box<dyn FnOnce(&Env) -> Result<sys::napi_value, Error> + Send>;
+
+struct Queue {
+    items: Mutex<Vec<(RawDeferred, Outcome)>>,
+    scheduled: AtomicBool,
+    /// Promises created and not yet settled. Only changed on the JS thread.
+    pending: AtomicUsize,
+    /// Whether the threadsafe function currently keeps the loop alive. JS thread only.
+    referenced: AtomicBool,
+    /// The threadsafe function itself, for (un)referencing it from the drain callback.
+    tsfn: AtomicPtr<c_void>,
+    /// Set when the threadsafe function was destroyed (environment teardown): no more calls.
+    dead: AtomicBool,
+}
+
+struct RawDeferred(sys::napi_deferred);
+// SAFETY: a napi_deferred is an opaque handle; it is only dereferenced (resolved/rejected) on
+// the JS thread, inside the threadsafe function's callback.
+unsafe impl Send for RawDeferred {}
+
+struct Shared {
+    tsfn: sys::napi_threadsafe_function,
+    queue: Arc<Queue>,
+}
+// SAFETY: napi_call_threadsafe_function / napi_release_threadsafe_function may be called from
+// any thread; the other tsfn calls are made only from the JS thread.
+unsafe impl Send for Shared {}
+unsafe impl Sync for Shared {}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if self.queue.dead.load(Ordering::Acquire) {
+            return;
+        }
+        unsafe { sys::napi_release_threadsafe_function(self.tsfn, sys::ThreadsafeFunctionReleaseMode::release) };
+    }
+}
+
+/// One object's completion port. Clones share the same threadsafe function.
+#[derive(Clone)]
+pub struct Port {
+    shared: Arc<Shared>,
+}
+
+/// The right to settle one promise, from any thread, exactly once.
+pub struct Ticket {
+    deferred: Option<RawDeferred>,
+    shared: Arc<Shared>,
+}
+
+impl Port {
+    /// Creates the port on the JS thread. It does not keep the loop alive until a promise is
+    /// pending.
+    pub fn new(env: &Env) -> napi::Result<Port> {
+        let queue = Arc::new(Queue {
+            items: Mutex::new(Vec::new()),
+            scheduled: AtomicBool::new(false),
+            pending: AtomicUsize::new(0),
+            referenced: AtomicBool::new(false),
+            tsfn: AtomicPtr::new(ptr::null_mut()),
+            dead: AtomicBool::new(false),
+        });
+        let raw_env = env.raw();
+        let mut name = ptr::null_mut();
+        check(unsafe { sys::napi_create_string_utf8(raw_env, c"durable-touch".as_ptr(), 13, &mut name) })?;
+        let context = Arc::into_raw(queue.clone()) as *mut c_void;
+        let mut tsfn = ptr::null_mut();
+        let status = unsafe {
+            sys::napi_create_threadsafe_function(
+                raw_env,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                name,
+                0,
+                1,
+                ptr::null_mut(),
+                Some(finalize_queue),
+                context,
+                Some(drain_queue),
+                &mut tsfn,
+            )
+        };
+        if status != sys::Status::napi_ok {
+            drop(unsafe { Arc::from_raw(context as *const Queue) });
+            return Err(napi::Error::from_reason("cannot create the completion port"));
+        }
+        queue.tsfn.store(tsfn.cast(), Ordering::Release);
+        check(unsafe { sys::napi_unref_threadsafe_function(raw_env, tsfn) })?;
+        Ok(Port { shared: Arc::new(Shared { tsfn, queue }) })
+    }
+
+    /// Creates a pending promise (JS thread). Returns the ticket that settles it and the
+    /// promise value to hand to JavaScript.
+    pub fn promise(&self, env: &Env) -> napi::Result<(Ticket, sys::napi_value)> {
+        let mut deferred = ptr::null_mut();
+        let mut promise = ptr::null_mut();
+        check(unsafe { sys::napi_create_promise(env.raw(), &mut deferred, &mut promise) })?;
+        let q = &self.shared.queue;
+        if q.pending.fetch_add(1, Ordering::AcqRel) == 0 && !q.referenced.swap(true, Ordering::AcqRel) {
+            unsafe { sys::napi_ref_threadsafe_function(env.raw(), self.shared.tsfn) };
+        }
+        Ok((Ticket { deferred: Some(RawDeferred(deferred)), shared: self.shared.clone() }, promise))
+    }
+
+    /// A promise already rejected with `err` (JS thread), for calls refused before any work.
+    pub fn rejected(env: &Env, err: &Error) -> napi::Result<sys::napi_value> {
+        let mut deferred = ptr::null_mut();
+        let mut promise = ptr::null_mut();
+        check(unsafe { sys::napi_create_promise(env.raw(), &mut deferred, &mut promise) })?;
+        check(unsafe { sys::napi_reject_deferred(env.raw(), deferred, js_error(env.raw(), err)) })?;
+        Ok(promise)
+    }
+
+    /// Promises created on this port and not settled yet.
+    pub fn pending(&self) -> usize {
+        self.shared.queue.pending.load(Ordering::Acquire)
+    }
+}
+
+impl Ticket {
+    /// Settles the promise with `outcome`, which runs on the JS thread.
+    pub fn settle(mut self, outcome: Outcome) {
+        if let Some(d) = self.deferred.take() {
+            post(&self.shared, d, outcome);
+        }
+    }
+
+    /// Settles with a value that converts on the JS thread, or with an error.
+    pub fn settle_with<T, F>(self, result: Result<T, Error>, convert: F)
+    where
+        T: Send + 'static,
+        F: FnOnce(&Env, T) -> napi::Result<sys::napi_value> + Send + 'static,
+    {
+        self.settle(Box::new(move |env| {
+            let value = result?;
+            convert(env, value).map_err(|e| Error::Internal(format!("cannot convert result: {}", e.reason)))
+        }));
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(d) = self.deferred.take() {
+            post(
+                &self.shared,
+                d,
+                Box::new(|_| Err(Error::Internal("a native operation ended without a result".into()))),
+            );
+        }
+    }
+}
+
+fn post(shared: &Shared, deferred: RawDeferred, outcome: Outcome) {
+    let q = &shared.queue;
+    if q.dead.load(Ordering::Acquire) {
+        return;
+    }
+    q.items.lock().push((deferred, outcome));
+    if !q.scheduled.swap(true, Ordering::AcqRel) {
+        // Fails only while the environment tears down; the queue is then dropped with it.
+        unsafe {
+            sys::napi_call_threadsafe_function(
+                shared.tsfn,
+                ptr::null_mut(),
+                sys::ThreadsafeFunctionCallMode::nonblocking,
+            )
+        };
+    }
+}
+
+unsafe extern "C" fn drain_queue(
+    env: sys::napi_env,
+    _js_cb: sys::napi_value,
+    context: *mut c_void,
+    _data: *mut c_void,
+) {
+    if env.is_null() || context.is_null() {
+        return;
+    }
+    let q = unsafe { &*(context as *const Queue) };
+    q.scheduled.store(false, Ordering::Release);
+    let items = std::mem::take(&mut *q.items.lock());
+    if items.is_empty() {
+        return;
+    }
+    let count = items.len();
+    let js_env = Env::from_raw(env);
+    for (deferred, outcome) in items {
+        let mut scope = ptr::null_mut();
+        unsafe { sys::napi_open_handle_scope(env, &mut scope) };
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| outcome(&js_env)))
+            .unwrap_or_else(|p| Err(Error::from_panic(p)));
+        unsafe {
+            match result {
+                Ok(value) => sys::napi_resolve_deferred(env, deferred.0, value),
+                Err(err) => sys::napi_reject_deferred(env, deferred.0, js_error(env, &err)),
+            };
+            sys::napi_close_handle_scope(env, scope);
+        }
+    }
+    if q.pending.fetch_sub(count, Ordering::AcqRel) == count && q.referenced.swap(false, Ordering::AcqRel) {
+        unsafe { sys::napi_unref_threadsafe_function(env, q.tsfn.load(Ordering::Acquire).cast()) };
+    }
+}
+
+/// Runs when the threadsafe function is destroyed: releases the queue reference it held.
+unsafe extern "C" fn finalize_queue(_env: sys::napi_env, _data: *mut c_void, context: *mut c_void) {
+    if !context.is_null() {
+        let queue = unsafe { Arc::from_raw(context as *const Queue) };
+        queue.dead.store(true, Ordering::Release);
+        // Outcomes still queued belong to promises of a dead environment.
+        queue.items.lock().clear();
+    }
+}
+
+fn check(status: sys::napi_status) -> napi::Result<()> {
+    if status == sys::Status::napi_ok {
+        Ok(())
+    } else {
+        Err(napi::Error::from_reason(format!("napi call failed with status {status}")))
+    }
+}

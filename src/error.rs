@@ -1,0 +1,193 @@
+//! The one error type of durable-touch.
+//!
+//! Every fallible operation in the pure cores returns [`Result`]. The binding layer turns an
+//! [`Error`] into a JavaScript `Error` whose `code` property is [`Error::code`] (stable strings
+//! such as `ERR_SEQ_MISMATCH`) and whose extra properties carry the structured details
+//! (`expectedNext`, `sqliteCode`, …). Nothing else crosses into JavaScript as an error.
+
+use std::fmt;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong, as seen by a caller.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The stream does not exist (or was deleted).
+    #[error("stream not found: {stream}")]
+    StreamNotFound { stream: String },
+
+    /// A stream with this name exists with an incompatible definition.
+    #[error("stream already exists with a different definition: {stream} ({detail})")]
+    StreamExists { stream: String, detail: String },
+
+    /// An append carried `expectedOffset` that is not the stream's next offset (S8).
+    #[error("sequence mismatch on stream {stream}: expected offset {expected}, stream is at {expected_next}")]
+    SeqMismatch { stream: String, expected: i64, expected_next: i64 },
+
+    /// The stream has expired (its `expires_at_ms` lies in the past).
+    #[error("stream expired: {stream}")]
+    StreamExpired { stream: String },
+
+    /// A caller passed a value of the wrong type or outside its allowed range.
+    #[error("{0}")]
+    InvalidArgument(String),
+
+    /// A payload or a request exceeded a configured size limit.
+    #[error("{0}")]
+    PayloadTooLarge(String),
+
+    /// A touch configuration failed validation; the message is the reference's message.
+    #[error("{0}")]
+    InvalidTouchConfig(String),
+
+    /// A touch cursor could not be parsed.
+    #[error("invalid touch cursor: {0}")]
+    InvalidCursor(String),
+
+    /// Touch processing is not enabled for the stream or profile.
+    #[error("{0}")]
+    TouchNotEnabled(String),
+
+    /// A batch failed while deriving touches (for example `onMissingBefore: "error"`).
+    #[error("{0}")]
+    Processing(String),
+
+    /// The object was closed; no further calls are accepted.
+    #[error("{0} is closed")]
+    Closed(&'static str),
+
+    /// The operation was aborted by its caller.
+    #[error("operation aborted")]
+    Aborted,
+
+    /// SQLite reported a failure. `code` is the primary result code name (`SQLITE_BUSY`).
+    #[error("sqlite error {code} ({extended_code}): {message}")]
+    Storage { code: String, extended_code: i32, message: String },
+
+    /// A bug: a panic or a broken invariant inside the native code.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// The stable code a JavaScript caller can switch on.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::StreamNotFound { .. } => "ERR_STREAM_NOT_FOUND",
+            Error::StreamExists { .. } => "ERR_STREAM_EXISTS",
+            Error::SeqMismatch { .. } => "ERR_SEQ_MISMATCH",
+            Error::StreamExpired { .. } => "ERR_STREAM_EXPIRED",
+            Error::InvalidArgument(_) => "ERR_INVALID_ARGUMENT",
+            Error::PayloadTooLarge(_) => "ERR_PAYLOAD_TOO_LARGE",
+            Error::InvalidTouchConfig(_) => "ERR_INVALID_TOUCH_CONFIG",
+            Error::InvalidCursor(_) => "ERR_INVALID_CURSOR",
+            Error::TouchNotEnabled(_) => "ERR_TOUCH_NOT_ENABLED",
+            Error::Processing(_) => "ERR_PROCESSING",
+            Error::Closed(_) => "ERR_CLOSED",
+            Error::Aborted => "ERR_ABORTED",
+            Error::Storage { .. } => "ERR_STORAGE",
+            Error::Internal(_) => "ERR_INTERNAL",
+        }
+    }
+
+    /// Shorthand for [`Error::InvalidArgument`].
+    pub fn invalid(msg: impl fmt::Display) -> Self {
+        Error::InvalidArgument(msg.to_string())
+    }
+
+    /// Turns a caught panic payload into [`Error::Internal`].
+    pub fn from_panic(payload: Box<dyn std::any::Any + Send>) -> Self {
+        let msg = if let Some(s) = payload.downcast_ref::<&str>() {
+            (*s).to_string()
+        } else if let Some(s) = payload.downcast_ref::<String>() {
+            s.clone()
+        } else {
+            "panic".to_string()
+        };
+        Error::Internal(format!("panic: {msg}"))
+    }
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(err: rusqlite::Error) -> Self {
+        match &err {
+            rusqlite::Error::SqliteFailure(e, msg) => Error::Storage {
+                code: sqlite_code_name(e.code).to_string(),
+                extended_code: e.extended_code,
+                message: msg.clone().unwrap_or_else(|| e.to_string()),
+            },
+            other => {
+                Error::Storage { code: "SQLITE_MISUSE".to_string(), extended_code: 21, message: other.to_string() }
+            }
+        }
+    }
+}
+
+/// Runs `f`, turning a panic into [`Error::Internal`] so it never unwinds across a thread or
+/// FFI boundary.
+pub fn catch_panic<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => Err(Error::from_panic(payload)),
+    }
+}
+
+fn sqlite_code_name(code: rusqlite::ErrorCode) -> &'static str {
+    use rusqlite::ErrorCode as C;
+    match code {
+        C::InternalMalfunction => "SQLITE_INTERNAL",
+        C::PermissionDenied => "SQLITE_PERM",
+        C::OperationAborted => "SQLITE_ABORT",
+        C::DatabaseBusy => "SQLITE_BUSY",
+        C::DatabaseLocked => "SQLITE_LOCKED",
+        C::OutOfMemory => "SQLITE_NOMEM",
+        C::ReadOnly => "SQLITE_READONLY",
+        C::OperationInterrupted => "SQLITE_INTERRUPT",
+        C::SystemIoFailure => "SQLITE_IOERR",
+        C::DatabaseCorrupt => "SQLITE_CORRUPT",
+        C::NotFound => "SQLITE_NOTFOUND",
+        C::DiskFull => "SQLITE_FULL",
+        C::CannotOpen => "SQLITE_CANTOPEN",
+        C::FileLockingProtocolFailed => "SQLITE_PROTOCOL",
+        C::SchemaChanged => "SQLITE_SCHEMA",
+        C::TooBig => "SQLITE_TOOBIG",
+        C::ConstraintViolation => "SQLITE_CONSTRAINT",
+        C::TypeMismatch => "SQLITE_MISMATCH",
+        C::ApiMisuse => "SQLITE_MISUSE",
+        C::NoLargeFileSupport => "SQLITE_NOLFS",
+        C::AuthorizationForStatementDenied => "SQLITE_AUTH",
+        C::ParameterOutOfRange => "SQLITE_RANGE",
+        C::NotADatabase => "SQLITE_NOTADB",
+        _ => "SQLITE_ERROR",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_stable() {
+        assert_eq!(Error::Aborted.code(), "ERR_ABORTED");
+        assert_eq!(Error::Closed("Store").code(), "ERR_CLOSED");
+        assert_eq!(Error::SeqMismatch { stream: "s".into(), expected: 1, expected_next: 2 }.code(), "ERR_SEQ_MISMATCH");
+    }
+
+    #[test]
+    fn sqlite_errors_keep_their_code() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let err: Error = conn.execute("INSERT INTO nope VALUES (1)", []).unwrap_err().into();
+        match err {
+            Error::Storage { code, .. } => assert_eq!(code, "SQLITE_ERROR"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn panics_become_internal_errors() {
+        let r: Result<()> = catch_panic(|| panic!("boom"));
+        assert_eq!(r.unwrap_err(), Error::Internal("panic: boom".into()));
+    }
+}

@@ -1,0 +1,19 @@
+//! durable-touch: the native core of a live-query-invalidation server.
+//!
+//! A server keeps a durable log (a *stream*) of State Protocol change records. durable-touch
+//! stores that log in SQLite ([`store`]), derives *touches* (32-bit key ids for tables, query
+//! templates and watched tuples) from new rows, keeps them in an in-memory touch journal where
+//! clients wait on key sets, and decides per stream how fine the touches are. The pure Rust
+//! cores know nothing of JavaScript; [`bindings`] is the thin napi layer that converts types,
+//! maps [`Error`]s to JS errors with a stable `code` and turns replies into promises.
+//!
+//! Module map:
+//! - [`error`]: the one error type;
+//! - [`store`]: schema, group-commit writer, readers (the reference's SQLite layout);
+//! - [`bindings`]: the napi classes and functions (conversion only).
+
+pub mod bindings;
+pub mod error;
+pub mod store;
+
+pub use error::{Error, Result};

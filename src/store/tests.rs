@@ -1,0 +1,301 @@
+use super::*;
+
+fn temp_store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.sqlite");
+    let store = Store::open(path.to_str().unwrap(), StoreOptions::default()).unwrap();
+    (dir, store)
+}
+
+fn append(store: &Store, stream: &str, payloads: &[&str]) -> Result<AppendOutcome> {
+    let req = AppendRequest {
+        stream: stream.into(),
+        payloads: payloads.iter().map(|p| p.as_bytes().to_vec()).collect(),
+        ..Default::default()
+    };
+    blocking(|r| store.append(req, r))
+}
+
+fn read_all(store: &Store, stream: &str) -> Vec<WalRow> {
+    blocking(|r| {
+        store.read(
+            ReadRequest { stream: stream.into(), from: 0, to: None, limit: usize::MAX / 2, max_bytes: u64::MAX },
+            r,
+        )
+    })
+    .unwrap()
+}
+
+#[test]
+fn create_stream_sets_reference_defaults() {
+    let (_d, store) = temp_store();
+    let row = blocking(|r| store.create_stream("s".into(), None, None, r)).unwrap();
+    assert_eq!(row.content_type, "application/octet-stream");
+    assert_eq!(row.profile.as_deref(), Some("generic"));
+    assert_eq!((row.epoch, row.next_offset, row.sealed_through, row.uploaded_through), (0, 0, -1, -1));
+    assert_eq!((row.pending_rows, row.wal_rows, row.wal_bytes, row.stream_flags), (0, 0, 0, 0));
+    // Idempotent: same row back, content type unchanged.
+    let again = blocking(|r| store.create_stream("s".into(), None, None, r)).unwrap();
+    assert_eq!(again.created_at_ms, row.created_at_ms);
+    let err = blocking(|r| store.create_stream("s".into(), Some("application/json".into()), None, r)).unwrap_err();
+    assert_eq!(err.code(), "ERR_STREAM_EXISTS");
+}
+
+#[test]
+fn appends_are_contiguous_and_counted() {
+    let (_d, store) = temp_store();
+    blocking(|r| store.create_stream("s".into(), Some("application/json".into()), None, r)).unwrap();
+    let a = append(&store, "s", &["a", "bb"]).unwrap();
+    assert_eq!((a.first_offset, a.last_offset, a.next_offset), (0, 1, 2));
+    let b = append(&store, "s", &["ccc"]).unwrap();
+    assert_eq!((b.first_offset, b.last_offset, b.next_offset), (2, 2, 3));
+    let row = blocking(|r| store.get_stream("s".into(), r)).unwrap().unwrap();
+    assert_eq!((row.next_offset, row.wal_rows, row.wal_bytes, row.pending_rows, row.pending_bytes), (3, 3, 6, 3, 6));
+    assert_eq!(row.logical_size_bytes, 6);
+    let rows = read_all(&store, "s");
+    assert_eq!(rows.iter().map(|r| r.offset).collect::<Vec<_>>(), [0, 1, 2]);
+    assert_eq!(rows[2].payload, b"ccc");
+    assert_eq!(rows[0].content_type.as_deref(), Some("application/json"));
+    // S9: one ts per call, strictly increasing per stream.
+    assert_eq!(rows[0].ts_ms, rows[1].ts_ms);
+    assert!(rows[2].ts_ms > rows[1].ts_ms);
+}
+
+#[test]
+fn seq_mismatch_reports_expected_next_and_writes_nothing() {
+    let (_d, store) = temp_store();
+    blocking(|r| store.create_stream("s".into(), None, None, r)).unwrap();
+    append(&store, "s", &["x"]).unwrap();
+    let req = AppendRequest {
+        stream: "s".into(),
+        payloads: vec![b"y".to_vec()],
+        expected_offset: Some(5),
+        ..Default::default()
+    };
+    let err = blocking(|r| store.append(req, r)).unwrap_err();
+    assert_eq!(err, Error::SeqMismatch { stream: "s".into(), expected: 5, expected_next: 1 });
+    let ok = AppendRequest {
+        stream: "s".into(),
+        payloads: vec![b"y".to_vec()],
+        expected_offset: Some(1),
+        ..Default::default()
+    };
+    assert_eq!(blocking(|r| store.append(ok, r)).unwrap().first_offset, 1);
+    assert_eq!(read_all(&store, "s").len(), 2);
+}
+
+#[test]
+fn unknown_stream_and_bad_requests_are_rejected() {
+    let (_d, store) = temp_store();
+    assert_eq!(append(&store, "nope", &["x"]).unwrap_err().code(), "ERR_STREAM_NOT_FOUND");
+    assert_eq!(append(&store, "", &["x"]).unwrap_err().code(), "ERR_INVALID_ARGUMENT");
+    blocking(|r| store.create_stream("s".into(), None, None, r)).unwrap();
+    assert_eq!(append(&store, "s", &[]).unwrap_err().code(), "ERR_INVALID_ARGUMENT");
+    let keys = AppendRequest {
+        stream: "s".into(),
+        payloads: vec![b"a".to_vec(), b"b".to_vec()],
+        routing_keys: Some(vec![None]),
+        ..Default::default()
+    };
+    assert_eq!(blocking(|r| store.append(keys, r)).unwrap_err().code(), "ERR_INVALID_ARGUMENT");
+    let big = AppendRequest { stream: "s".into(), payloads: vec![vec![0u8; 9 * 1024 * 1024]], ..Default::default() };
+    assert_eq!(blocking(|r| store.append(big, r)).unwrap_err().code(), "ERR_PAYLOAD_TOO_LARGE");
+    let read =
+        blocking(|r| store.read(ReadRequest { stream: "nope".into(), from: 0, to: None, limit: 10, max_bytes: 10 }, r));
+    assert_eq!(read.unwrap_err().code(), "ERR_STREAM_NOT_FOUND");
+}
+
+#[test]
+fn concurrent_appends_share_commits_and_keep_their_ranges() {
+    let (_d, store) = temp_store();
+    blocking(|r| store.create_stream("s".into(), None, None, r)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let calls = 2000;
+    for i in 0..calls {
+        let tx = tx.clone();
+        let n = 1 + (i % 3);
+        let req = AppendRequest {
+            stream: "s".into(),
+            payloads: (0..n).map(|k| format!("{i}:{k}").into_bytes()).collect(),
+            ..Default::default()
+        };
+        store.append(req, Box::new(move |r| tx.send((i, n, r)).unwrap()));
+    }
+    drop(tx);
+    let mut ranges: Vec<(i64, i64, usize, usize)> = rx
+        .iter()
+        .map(|(i, n, r)| {
+            let o = r.unwrap();
+            assert_eq!((o.last_offset - o.first_offset + 1) as usize, n);
+            (o.first_offset, o.last_offset, i, n)
+        })
+        .collect();
+    assert_eq!(ranges.len(), calls);
+    ranges.sort();
+    let mut next = 0;
+    for (first, last, _, _) in &ranges {
+        assert_eq!(*first, next, "ranges must tile the log without gaps");
+        next = last + 1;
+    }
+    // Every call's rows are its own payloads, in order.
+    let rows = read_all(&store, "s");
+    for (first, _, i, n) in &ranges {
+        for k in 0..*n {
+            assert_eq!(rows[(*first as usize) + k].payload, format!("{i}:{k}").into_bytes());
+        }
+    }
+    let stats = store.stats().counters;
+    assert_eq!(stats.append_calls, calls as u64);
+    assert!(stats.group_commits < calls as u64, "calls were grouped: {} commits", stats.group_commits);
+}
+
+#[test]
+fn a_rejected_call_does_not_fail_its_group() {
+    let (_d, store) = temp_store();
+    blocking(|r| store.create_stream("s".into(), None, None, r)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for i in 0..300 {
+        let tx = tx.clone();
+        let stream = if i % 10 == 0 { "missing" } else { "s" };
+        let req = AppendRequest { stream: stream.into(), payloads: vec![vec![b'x']], ..Default::default() };
+        store.append(req, Box::new(move |r| tx.send((i, r)).unwrap()));
+    }
+    drop(tx);
+    for (i, r) in rx.iter() {
+        assert_eq!(r.is_err(), i % 10 == 0);
+    }
+    assert_eq!(read_all(&store, "s").len(), 270);
+}
+
+#[test]
+fn rows_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.sqlite");
+    let path = path.to_str().unwrap();
+    {
+        let store = Store::open(path, StoreOptions::default()).unwrap();
+        blocking(|r| store.create_stream("s".into(), None, None, r)).unwrap();
+        append(&store, "s", &["1", "2", "3"]).unwrap();
+        blocking(|r| store.close(r)).unwrap();
+    }
+    let store = Store::open(path, StoreOptions::default()).unwrap();
+    assert_eq!(read_all(&store, "s").len(), 3);
+    assert_eq!(append(&store, "s", &["4"]).unwrap().first_offset, 3);
+}
+
+#[test]
+fn read_limits_and_ranges() {
+    let (_d, store) = temp_store();
+    blocking(|r| store.create_stream("s".into(), None, None, r)).unwrap();
+    append(&store, "s", &["aaaa", "bbbb", "cccc", "dddd", "eeee"]).unwrap();
+    let read = |from, to, limit, max_bytes| {
+        blocking(|r| store.read(ReadRequest { stream: "s".into(), from, to, limit, max_bytes }, r))
+            .unwrap()
+            .iter()
+            .map(|r| r.offset)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(read(1, Some(3), 100, 1000), [1, 2, 3]);
+    assert_eq!(read(0, None, 2, 1000), [0, 1]);
+    assert_eq!(read(0, None, 100, 9), [0, 1]);
+    assert_eq!(read(0, None, 100, 1), [0], "the first row is always returned");
+    assert_eq!(read(4, Some(2), 100, 1000), Vec::<i64>::new());
+    assert_eq!(read(10, None, 100, 1000), Vec::<i64>::new());
+}
+
+#[test]
+fn wal_gc_deletes_through_and_lowers_counters() {
+    let (_d, store) = temp_store();
+    blocking(|r| store.create_stream("s".into(), None, None, r)).unwrap();
+    append(&store, "s", &["aa", "bb", "cc", "dd"]).unwrap();
+    let out = blocking(|r| store.delete_wal_through("s".into(), 1, r)).unwrap();
+    assert_eq!(out, WalGcOutcome { deleted_rows: 2, deleted_bytes: 4 });
+    let row = blocking(|r| store.get_stream("s".into(), r)).unwrap().unwrap();
+    assert_eq!((row.wal_rows, row.wal_bytes, row.next_offset), (2, 4, 4));
+    assert_eq!(blocking(|r| store.delete_wal_through("s".into(), -1, r)).unwrap(), WalGcOutcome::default());
+    assert_eq!(read_all(&store, "s").iter().map(|r| r.offset).collect::<Vec<_>>(), [2, 3]);
+}
+
+#[test]
+fn delete_stream_removes_everything() {
+    let (_d, store) = temp_store();
+    blocking(|r| store.create_stream("s".into(), None, None, r)).unwrap();
+    append(&store, "s", &["a"]).unwrap();
+    assert!(blocking(|r| store.delete_stream("s".into(), r)).unwrap());
+    assert!(!blocking(|r| store.delete_stream("s".into(), r)).unwrap());
+    assert!(blocking(|r| store.get_stream("s".into(), r)).unwrap().is_none());
+    let row = blocking(|r| store.create_stream("s".into(), None, None, r)).unwrap();
+    assert_eq!(row.next_offset, 0);
+}
+
+#[test]
+fn close_finishes_queued_work_then_refuses() {
+    let (_d, store) = temp_store();
+    blocking(|r| store.create_stream("s".into(), None, None, r)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for _ in 0..100 {
+        let tx = tx.clone();
+        store.append(
+            AppendRequest { stream: "s".into(), payloads: vec![b"x".to_vec()], ..Default::default() },
+            Box::new(move |r| tx.send(r.is_ok()).unwrap()),
+        );
+    }
+    blocking(|r| store.close(r)).unwrap();
+    drop(tx);
+    assert_eq!(rx.iter().filter(|ok| *ok).count(), 100, "appends queued before close are committed");
+    assert_eq!(append(&store, "s", &["x"]).unwrap_err().code(), "ERR_CLOSED");
+    assert_eq!(blocking(|r| store.get_stream("s".into(), r)).unwrap_err().code(), "ERR_CLOSED");
+    blocking(|r| store.close(r)).unwrap();
+}
+
+#[test]
+fn in_memory_store_works_without_readers() {
+    let store = Store::open(":memory:", StoreOptions::default()).unwrap();
+    blocking(|r| store.create_stream("s".into(), None, None, r)).unwrap();
+    append(&store, "s", &["a", "b"]).unwrap();
+    assert_eq!(read_all(&store, "s").len(), 2);
+    blocking(|r| store.close(r)).unwrap();
+}
+
+#[test]
+fn a_file_that_is_not_sqlite_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("junk.sqlite");
+    std::fs::write(&path, vec![0x42u8; 8192]).unwrap();
+    let err = Store::open(path.to_str().unwrap(), StoreOptions::default()).err().unwrap();
+    assert_eq!(err.code(), "ERR_STORAGE");
+}
+
+#[test]
+fn write_jobs_roll_back_alone() {
+    let (_d, store) = temp_store();
+    blocking(|r| store.create_stream("s".into(), None, None, r)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t1 = tx.clone();
+    store.append(
+        AppendRequest { stream: "s".into(), payloads: vec![b"a".to_vec()], ..Default::default() },
+        Box::new(move |r| t1.send(r.map(|_| ())).unwrap()),
+    );
+    let t2 = tx.clone();
+    store.write(
+        |conn| {
+            conn.execute("INSERT INTO stream_touch_state VALUES ('s', 1, 1)", [])?;
+            Err::<(), _>(Error::invalid("boom"))
+        },
+        Box::new(move |r| t2.send(r).unwrap()),
+    );
+    let t3 = tx.clone();
+    store.append(
+        AppendRequest { stream: "s".into(), payloads: vec![b"b".to_vec()], ..Default::default() },
+        Box::new(move |r| t3.send(r.map(|_| ())).unwrap()),
+    );
+    drop(tx);
+    let results: Vec<_> = rx.iter().collect();
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 2);
+    let n: i64 =
+        blocking(|r| store.query(|c| Ok(c.query_row("SELECT COUNT(*) FROM stream_touch_state", [], |r| r.get(0))?), r))
+            .unwrap();
+    assert_eq!(n, 0, "the failed job's insert was rolled back");
+    let row = blocking(|r| store.get_stream("s".into(), r)).unwrap().unwrap();
+    assert_eq!((row.next_offset, row.wal_rows), (2, 2), "both appends' counters survived the rollback");
+}

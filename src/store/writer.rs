@@ -1,0 +1,455 @@
+//! The single writer thread and its group commit.
+//!
+//! Every change to the database goes through one thread that owns the write connection.
+//! Calls queue up as [`WriteJob`]s; the thread takes whatever is queued (up to a call and byte
+//! budget), runs it in **one** `BEGIN IMMEDIATE … COMMIT` (one fsync under
+//! `synchronous=FULL`) and only then tells each caller its own result. So many concurrent callers
+//! share an fsync while each call keeps its own contiguous offsets and its own all-or-nothing
+//! outcome:
+//!
+//! * an append that fails validation (unknown stream, sequence mismatch, …) is rejected before
+//!   it writes anything, and the rest of the group commits;
+//! * any other job runs inside a savepoint, so its failure undoes only its own changes;
+//! * if SQLite fails in a way that leaves the group's transaction unusable, the group is rolled
+//!   back and every job is retried alone in its own transaction (nothing of the group had been
+//!   acknowledged yet, so nothing acknowledged is lost);
+//! * if a `COMMIT` fails with an I/O error the writer is *poisoned*: it refuses every later write
+//!   instead of guessing what reached the disk (the approach of fjall's `Poisoned`).
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, TryRecvError};
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::model::{now_ms, AppendOutcome, AppendRequest, StoreCounters, StoreOptions, STREAM_FLAG_DELETED};
+use crate::error::{Error, Result};
+
+/// A callback that receives the outcome of an asynchronous store call, on whatever thread
+/// finished it. The binding layer passes one that settles a JavaScript promise.
+pub type Reply<T> = Box<dyn FnOnce(Result<T>) + Send>;
+
+/// Why a job did not apply.
+pub(crate) enum JobError {
+    /// The job was refused and changed nothing; the group goes on.
+    Rejected(Error),
+    /// SQLite failed in the middle of the job; the group's transaction must be abandoned.
+    Storage(Error),
+}
+
+impl From<rusqlite::Error> for JobError {
+    fn from(e: rusqlite::Error) -> Self {
+        JobError::Storage(e.into())
+    }
+}
+
+/// One unit of work for the writer thread.
+pub(crate) trait WriteJob: Send {
+    /// Payload bytes, counted against the group's byte budget.
+    fn bytes(&self) -> u64 {
+        0
+    }
+    /// Whether the job must run inside its own savepoint (anything but a plain append).
+    fn isolated(&self) -> bool {
+        true
+    }
+    /// Applies the job inside the current transaction. May be called again (alone) when its
+    /// group had to be retried, so it must not consume its inputs.
+    fn apply(&mut self, conn: &Connection, cache: &mut StreamCache) -> std::result::Result<(), JobError>;
+    /// Delivers the outcome once the transaction committed (or failed for good).
+    fn finish(self: Box<Self>, outcome: Result<()>, counters: &StoreCounters);
+}
+
+pub(crate) enum Command {
+    Job(Box<dyn WriteJob>),
+    /// A read served by the writer connection (only for `:memory:` stores, which have no
+    /// reader connections).
+    Read(super::reader::ReadJob),
+    /// Finish everything queued before, close the connection, then call the reply.
+    Close(Box<dyn FnOnce() + Send>),
+}
+
+impl Command {
+    /// Answers the command without running it (the store is closed).
+    pub fn fail(self, err: Error) {
+        match self {
+            Command::Job(job) => job.finish(Err(err), &StoreCounters::default()),
+            Command::Read(read) => read.fail(err),
+            Command::Close(reply) => reply(),
+        }
+    }
+}
+
+/// The stream rows a group has touched, with the counters its appends still have to write.
+#[derive(Default)]
+pub(crate) struct StreamCache {
+    streams: HashMap<String, CachedStream>,
+}
+
+pub(crate) struct CachedStream {
+    next_offset: i64,
+    last_append_ms: i64,
+    flags: i64,
+    expires_at_ms: Option<i64>,
+    pub content_type: String,
+    added_rows: i64,
+    added_bytes: i64,
+}
+
+impl StreamCache {
+    fn get<'a>(&'a mut self, conn: &Connection, stream: &str) -> rusqlite::Result<Option<&'a mut CachedStream>> {
+        if !self.streams.contains_key(stream) {
+            let row = conn
+                .prepare_cached(
+                    "SELECT next_offset, last_append_ms, stream_flags, expires_at_ms, content_type \
+                     FROM streams WHERE stream = ?1",
+                )?
+                .query_row([stream], |r| {
+                    Ok(CachedStream {
+                        next_offset: r.get(0)?,
+                        last_append_ms: r.get(1)?,
+                        flags: r.get(2)?,
+                        expires_at_ms: r.get(3)?,
+                        content_type: r.get(4)?,
+                        added_rows: 0,
+                        added_bytes: 0,
+                    })
+                })
+                .optional()?;
+            match row {
+                Some(c) => {
+                    self.streams.insert(stream.to_string(), c);
+                }
+                None => return Ok(None),
+            }
+        }
+        Ok(self.streams.get_mut(stream))
+    }
+
+    /// Writes the accumulated append counters to the `streams` rows (S8) and forgets them.
+    fn flush(&mut self, conn: &Connection) -> rusqlite::Result<()> {
+        let now = now_ms();
+        for (name, c) in self.streams.drain() {
+            if c.added_rows == 0 {
+                continue;
+            }
+            conn.prepare_cached(
+                "UPDATE streams SET next_offset = ?1, updated_at_ms = ?2, last_append_ms = ?3, \
+                 pending_rows = pending_rows + ?4, pending_bytes = pending_bytes + ?5, \
+                 logical_size_bytes = logical_size_bytes + ?5, \
+                 wal_rows = wal_rows + ?4, wal_bytes = wal_bytes + ?5 \
+                 WHERE stream = ?6 AND (stream_flags & ?7) = 0",
+            )?
+            .execute(params![
+                c.next_offset,
+                now,
+                c.last_append_ms,
+                c.added_rows,
+                c.added_bytes,
+                name,
+                STREAM_FLAG_DELETED
+            ])?;
+        }
+        Ok(())
+    }
+}
+
+/// An append of one call (S8), applied without a savepoint: all checks happen before the
+/// first insert.
+pub(crate) struct AppendJob {
+    pub req: AppendRequest,
+    pub reply: Option<Reply<AppendOutcome>>,
+    pub outcome: Option<AppendOutcome>,
+}
+
+impl WriteJob for AppendJob {
+    fn bytes(&self) -> u64 {
+        self.req.payload_bytes()
+    }
+
+    fn isolated(&self) -> bool {
+        false
+    }
+
+    fn apply(&mut self, conn: &Connection, cache: &mut StreamCache) -> std::result::Result<(), JobError> {
+        let req = &self.req;
+        let not_found = || JobError::Rejected(Error::StreamNotFound { stream: req.stream.clone() });
+        let st = cache.get(conn, &req.stream)?.ok_or_else(not_found)?;
+        if st.flags & STREAM_FLAG_DELETED != 0 {
+            return Err(not_found());
+        }
+        let now = now_ms();
+        if st.expires_at_ms.is_some_and(|exp| now > exp) {
+            return Err(JobError::Rejected(Error::StreamExpired { stream: req.stream.clone() }));
+        }
+        if let Some(expected) = req.expected_offset {
+            if expected != st.next_offset {
+                return Err(JobError::Rejected(Error::SeqMismatch {
+                    stream: req.stream.clone(),
+                    expected,
+                    expected_next: st.next_offset,
+                }));
+            }
+        }
+        // S9: without an explicit time, rows get the wall clock, strictly increasing per stream.
+        let ts = req.append_ms.unwrap_or_else(|| now.max(st.last_append_ms.saturating_add(1)));
+        let content_type: &str = req.content_type.as_deref().unwrap_or(&st.content_type);
+        let first = st.next_offset;
+        let mut insert = conn.prepare_cached(
+            "INSERT INTO wal(stream, offset, ts_ms, payload, payload_len, routing_key, content_type, flags) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0)",
+        )?;
+        let mut bytes = 0i64;
+        for (i, payload) in req.payloads.iter().enumerate() {
+            let rk = req.routing_keys.as_ref().and_then(|k| k[i].as_deref());
+            insert.execute(params![
+                req.stream,
+                first + i as i64,
+                ts,
+                payload,
+                payload.len() as i64,
+                rk,
+                content_type
+            ])?;
+            bytes += payload.len() as i64;
+        }
+        let n = req.payloads.len() as i64;
+        st.next_offset = first + n;
+        st.last_append_ms = ts;
+        st.added_rows += n;
+        st.added_bytes += bytes;
+        self.outcome = Some(AppendOutcome { first_offset: first, last_offset: first + n - 1, next_offset: first + n });
+        Ok(())
+    }
+
+    fn finish(mut self: Box<Self>, outcome: Result<()>, counters: &StoreCounters) {
+        let result =
+            outcome.and_then(|()| self.outcome.ok_or_else(|| Error::Internal("append without outcome".into())));
+        match &result {
+            Ok(_) => {
+                StoreCounters::add(&counters.append_calls, 1);
+                StoreCounters::add(&counters.append_rows, self.req.payloads.len() as u64);
+                StoreCounters::add(&counters.append_bytes, self.req.payload_bytes());
+            }
+            Err(_) => StoreCounters::add(&counters.append_errors, 1),
+        }
+        if let Some(reply) = self.reply.take() {
+            reply(result);
+        }
+    }
+}
+
+/// Any other write: a closure over the connection, run inside a savepoint.
+pub(crate) struct FnJob<T, F> {
+    pub f: F,
+    pub value: Option<T>,
+    pub reply: Option<Reply<T>>,
+}
+
+impl<T, F> WriteJob for FnJob<T, F>
+where
+    T: Send,
+    F: FnMut(&Connection) -> Result<T> + Send,
+{
+    fn apply(&mut self, conn: &Connection, _cache: &mut StreamCache) -> std::result::Result<(), JobError> {
+        self.value = Some((self.f)(conn).map_err(JobError::Rejected)?);
+        Ok(())
+    }
+
+    fn finish(mut self: Box<Self>, outcome: Result<()>, counters: &StoreCounters) {
+        StoreCounters::add(&counters.write_jobs, 1);
+        let result =
+            outcome.and_then(|()| self.value.take().ok_or_else(|| Error::Internal("job without value".into())));
+        if let Some(reply) = self.reply.take() {
+            reply(result);
+        }
+    }
+}
+
+pub(crate) struct Writer {
+    pub conn: Connection,
+    pub rx: Receiver<Command>,
+    pub options: StoreOptions,
+    pub counters: Arc<StoreCounters>,
+    /// Set after a failed commit; every later job is refused with this error.
+    poisoned: Option<Error>,
+}
+
+impl Writer {
+    pub fn new(conn: Connection, rx: Receiver<Command>, options: StoreOptions, counters: Arc<StoreCounters>) -> Self {
+        Writer { conn, rx, options, counters, poisoned: None }
+    }
+
+    /// The thread's main loop: returns when the store closes or every sender is gone.
+    pub fn run(mut self) -> Option<Box<dyn FnOnce() + Send>> {
+        let mut on_close = None;
+        while on_close.is_none() {
+            let first = match self.rx.recv() {
+                Ok(c) => c,
+                Err(_) => break,
+            };
+            let mut jobs: Vec<Box<dyn WriteJob>> = Vec::new();
+            let mut reads: Vec<super::reader::ReadJob> = Vec::new();
+            let mut bytes = 0u64;
+            let mut next = Some(first);
+            while let Some(cmd) = next.take() {
+                match cmd {
+                    Command::Job(j) => {
+                        bytes += j.bytes();
+                        jobs.push(j);
+                    }
+                    Command::Read(r) => reads.push(r),
+                    Command::Close(reply) => {
+                        on_close = Some(reply);
+                        break;
+                    }
+                }
+                if jobs.len() >= self.options.max_group_calls || bytes >= self.options.max_group_bytes {
+                    break;
+                }
+                next = match self.rx.try_recv() {
+                    Ok(c) => Some(c),
+                    Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => None,
+                };
+            }
+            if !jobs.is_empty() {
+                self.commit_group(jobs);
+            }
+            for read in reads {
+                let _ = std::panic::catch_unwind(AssertUnwindSafe(|| read.run(&self.conn)));
+            }
+        }
+        // Close the connection before telling anyone: closing checkpoints the WAL file.
+        let Writer { conn, .. } = self;
+        drop(conn);
+        on_close
+    }
+
+    fn commit_group(&mut self, mut jobs: Vec<Box<dyn WriteJob>>) {
+        if let Some(err) = &self.poisoned {
+            for job in jobs {
+                job.finish(Err(err.clone()), &self.counters);
+            }
+            return;
+        }
+        let n = jobs.len() as u64;
+        let grouped = std::panic::catch_unwind(AssertUnwindSafe(|| Self::try_group(&self.conn, &mut jobs)));
+        match grouped {
+            Ok(Ok(outcomes)) => {
+                StoreCounters::add(&self.counters.group_commits, 1);
+                self.counters.group_calls_max.fetch_max(n, Ordering::Relaxed);
+                for (job, outcome) in jobs.into_iter().zip(outcomes) {
+                    job.finish(outcome, &self.counters);
+                }
+            }
+            Ok(Err(GroupFailure::Commit(err))) => {
+                self.poison_if_fatal(&err);
+                for job in jobs {
+                    job.finish(Err(err.clone()), &self.counters);
+                }
+            }
+            Ok(Err(GroupFailure::Abandoned)) | Err(_) => {
+                // Nothing of the group is acknowledged: retry every job on its own.
+                let _ = self.conn.execute_batch("ROLLBACK");
+                StoreCounters::add(&self.counters.group_fallbacks, 1);
+                for mut job in jobs {
+                    let outcome = self.run_alone(job.as_mut());
+                    job.finish(outcome, &self.counters);
+                }
+            }
+        }
+    }
+
+    /// Runs a whole group in one transaction. On success returns each job's own outcome.
+    fn try_group(
+        conn: &Connection,
+        jobs: &mut [Box<dyn WriteJob>],
+    ) -> std::result::Result<Vec<Result<()>>, GroupFailure> {
+        conn.execute_batch("BEGIN IMMEDIATE").map_err(|e| GroupFailure::Commit(e.into()))?;
+        let mut cache = StreamCache::default();
+        let mut outcomes = Vec::with_capacity(jobs.len());
+        for job in jobs.iter_mut() {
+            if job.isolated() {
+                // The job must see the stream rows as the group's earlier appends left them,
+                // and rolling back its savepoint must not undo those appends' counters.
+                cache.flush(conn).map_err(|_| GroupFailure::Abandoned)?;
+                conn.execute_batch("SAVEPOINT job").map_err(|_| GroupFailure::Abandoned)?;
+                match job.apply(conn, &mut cache) {
+                    Ok(()) => {
+                        conn.execute_batch("RELEASE job").map_err(|_| GroupFailure::Abandoned)?;
+                        outcomes.push(Ok(()));
+                    }
+                    Err(JobError::Rejected(e)) | Err(JobError::Storage(e)) => {
+                        conn.execute_batch("ROLLBACK TO job; RELEASE job").map_err(|_| GroupFailure::Abandoned)?;
+                        outcomes.push(Err(e));
+                    }
+                }
+            } else {
+                match job.apply(conn, &mut cache) {
+                    Ok(()) => outcomes.push(Ok(())),
+                    Err(JobError::Rejected(e)) => outcomes.push(Err(e)),
+                    Err(JobError::Storage(_)) => return Err(GroupFailure::Abandoned),
+                }
+            }
+        }
+        cache.flush(conn).map_err(|_| GroupFailure::Abandoned)?;
+        if let Err(e) = conn.execute_batch("COMMIT") {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(GroupFailure::Commit(e.into()));
+        }
+        Ok(outcomes)
+    }
+
+    /// Runs one job in a transaction of its own.
+    fn run_alone(&mut self, job: &mut dyn WriteJob) -> Result<()> {
+        if let Some(err) = &self.poisoned {
+            return Err(err.clone());
+        }
+        let conn = &self.conn;
+        let attempt = std::panic::catch_unwind(AssertUnwindSafe(|| -> Result<()> {
+            conn.execute_batch("BEGIN IMMEDIATE")?;
+            let mut cache = StreamCache::default();
+            let applied = match job.apply(conn, &mut cache) {
+                Ok(()) => cache.flush(conn).map_err(Error::from),
+                Err(JobError::Rejected(e)) | Err(JobError::Storage(e)) => Err(e),
+            };
+            if let Err(e) = applied {
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(e);
+            }
+            conn.execute_batch("COMMIT").map_err(|e| {
+                let _ = conn.execute_batch("ROLLBACK");
+                Error::from(e)
+            })
+        }));
+        let result = attempt.unwrap_or_else(|p| {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(Error::from_panic(p))
+        });
+        if let Err(e) = &result {
+            self.poison_if_fatal(e);
+        }
+        result
+    }
+
+    fn poison_if_fatal(&mut self, err: &Error) {
+        if let Error::Storage { code, .. } = err {
+            if matches!(code.as_str(), "SQLITE_IOERR" | "SQLITE_CORRUPT" | "SQLITE_NOTADB" | "SQLITE_FULL") {
+                self.poisoned = Some(Error::Storage {
+                    code: code.clone(),
+                    extended_code: 0,
+                    message: format!("store refuses writes after a failed commit ({err}); reopen it"),
+                });
+            }
+        }
+    }
+}
+
+enum GroupFailure {
+    /// BEGIN or COMMIT failed: nothing of the group is durable.
+    Commit(Error),
+    /// The transaction is unusable; retry jobs alone.
+    Abandoned,
+}
