@@ -1,0 +1,76 @@
+// Benchmark runner.
+//
+//   npm run bench -- append                 # ours only; one JSON line per benchmark
+//   npm run bench:compare -- append         # ours and the reference in the same run, plus ratios
+//   npm run bench -- all                    # every benchmark
+//
+// Each benchmark `bench/<name>.mjs` is a standalone script (Node by default, `--runtime bun`
+// to run it under Bun) that prints one JSON line per benchmark on stdout. With --compare the
+// matching reference scripts in bench/reference/ run under Bun against the reference installed
+// as a devDependency (node_modules/@prisma/streams-server), or $ANCHOR_REPO if set, and
+// `compare.mjs` prints the ratios. Results are appended to bench/out/results.jsonl.
+//
+// Speed is measured here, never asserted in tests.
+
+import { spawnSync } from "node:child_process";
+import { mkdirSync, appendFileSync, existsSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { BENCHES, compare } from "./compare.mjs";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const root = join(here, "..");
+const argv = process.argv.slice(2);
+const doCompare = argv.includes("--compare");
+const runtimeIdx = argv.indexOf("--runtime");
+const runtime = runtimeIdx >= 0 ? argv[runtimeIdx + 1] : "node";
+const names = argv.filter((a, i) => !a.startsWith("--") && argv[i - 1] !== "--runtime");
+const passThrough = argv.filter((a, i) => a.startsWith("--") && a !== "--compare" && a !== "--runtime" && argv[i - 1] !== "--runtime");
+const selected = names.length === 0 || names.includes("all") ? Object.keys(BENCHES) : names;
+
+const bun = join(root, "node_modules", ".bin", "bun");
+const anchor = process.env.ANCHOR_REPO ?? join(root, "node_modules", "@prisma", "streams-server");
+mkdirSync(join(here, "out"), { recursive: true });
+
+function runScript(cmd, args, env = {}) {
+  process.stderr.write(`$ ${cmd} ${args.join(" ")}\n`);
+  const r = spawnSync(cmd, args, { cwd: root, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "inherit"], maxBuffer: 1 << 28 });
+  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} exited with ${r.status}`);
+  const lines = r.stdout
+    .toString()
+    .split("\n")
+    .filter((l) => l.trim().startsWith("{"))
+    .map((l) => JSON.parse(l));
+  return lines;
+}
+
+for (const name of selected) {
+  const spec = BENCHES[name];
+  if (!spec) {
+    console.error(`unknown benchmark ${name}; known: ${Object.keys(BENCHES).join(", ")}`);
+    process.exit(2);
+  }
+  const script = join(here, `${name}.mjs`);
+  if (!existsSync(script)) {
+    console.error(`bench/${name}.mjs is not written yet`);
+    process.exit(2);
+  }
+  const ours = runScript(runtime === "bun" ? bun : process.execPath, [script, ...passThrough]);
+  for (const line of ours) {
+    console.log(JSON.stringify(line));
+    appendFileSync(join(here, "out", "results.jsonl"), JSON.stringify({ side: "durable-touch", runtime, ...line }) + "\n");
+  }
+  if (!doCompare) continue;
+  if (!existsSync(join(anchor, "src", "touch"))) throw new Error(`reference not found at ${anchor} (npm install, or set ANCHOR_REPO)`);
+  const refs = [];
+  for (const ref of spec.reference) {
+    for (const line of runScript(bun, [join(here, "reference", ref.script), ...(ref.args ?? [])], { ANCHOR_REPO: anchor })) {
+      refs.push(line);
+      console.log(JSON.stringify(line));
+      appendFileSync(join(here, "out", "results.jsonl"), JSON.stringify({ side: "reference", ...line }) + "\n");
+    }
+  }
+  const ratios = compare(name, ours, refs);
+  console.log(JSON.stringify({ bench: `${name}-compare`, date: new Date().toISOString(), ratios }));
+  appendFileSync(join(here, "out", "results.jsonl"), JSON.stringify({ side: "compare", name, ratios }) + "\n");
+}
