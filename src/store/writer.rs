@@ -27,6 +27,9 @@ use rusqlite::{params, Connection, OptionalExtension};
 use super::model::{now_ms, AppendOutcome, AppendRequest, StoreCounters, StoreOptions, STREAM_FLAG_DELETED};
 use crate::error::{Error, Result};
 
+/// How long the writer polls for new work after a commit before it sleeps.
+const SPIN_AFTER_COMMIT: std::time::Duration = std::time::Duration::from_micros(200);
+
 /// A callback that receives the outcome of an asynchronous store call, on whatever thread
 /// finished it. The binding layer passes one that settles a JavaScript promise.
 pub type Reply<T> = Box<dyn FnOnce(Result<T>) + Send>;
@@ -286,9 +289,9 @@ impl Writer {
     pub fn run(mut self) -> Option<Box<dyn FnOnce() + Send>> {
         let mut on_close = None;
         while on_close.is_none() {
-            let first = match self.rx.recv() {
-                Ok(c) => c,
-                Err(_) => break,
+            let first = match self.next_command() {
+                Some(c) => c,
+                None => break,
             };
             let mut jobs: Vec<Box<dyn WriteJob>> = Vec::new();
             let mut reads: Vec<super::reader::ReadJob> = Vec::new();
@@ -325,6 +328,24 @@ impl Writer {
         let Writer { conn, .. } = self;
         drop(conn);
         on_close
+    }
+
+    /// Waits for the next command. Right after a commit the writer spins for a short while
+    /// before sleeping: a caller that awaits each append issues the next one within tens of
+    /// microseconds, and waking a sleeping thread costs about as much again on a VM.
+    fn next_command(&self) -> Option<Command> {
+        let spin_until = std::time::Instant::now() + SPIN_AFTER_COMMIT;
+        loop {
+            match self.rx.try_recv() {
+                Ok(c) => return Some(c),
+                Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) => {}
+            }
+            if std::time::Instant::now() >= spin_until {
+                return self.rx.recv().ok();
+            }
+            std::thread::yield_now();
+        }
     }
 
     fn commit_group(&mut self, mut jobs: Vec<Box<dyn WriteJob>>) {
