@@ -10,10 +10,14 @@
 //! Module map:
 //! - [`error`]: the one error type;
 //! - [`store`]: schema, group-commit writer, readers (the reference's SQLite layout);
+//! - [`engine`]: the manager policy, hot interest, templates, waits by stream;
+//! - [`stats`]: the stats collector and reporter line;
 //! - [`bindings`]: the napi classes and functions (conversion only).
 
 pub mod bindings;
+pub mod engine;
 pub mod error;
+pub mod stats;
 pub mod store;
 
 pub use error::{Error, Result};

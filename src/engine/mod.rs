@@ -1,0 +1,8 @@
+//! The touch engine: the native form of the reference's `TouchProcessorManager`. It joins the
+//! store, the processor and the journals into what a server calls (issue 5).
+//!
+//! - [`hot`]: hot interest from active waits (M19);
+//! - [`policy`]: per-stream policy state (M5–M7, M11, M13, M16, M17).
+
+pub mod hot;
+pub mod policy;
