@@ -242,7 +242,7 @@ impl HotState {
         if self.is_empty() {
             return false;
         }
-        let every = limits.key_grace_ms.min(limits.template_grace_ms).min(2000).max(250);
+        let every = limits.key_grace_ms.min(limits.template_grace_ms).clamp(250, 2000);
         self.next_sweep_at_ms = now_ms + every;
         true
     }
