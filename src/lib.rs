@@ -10,10 +10,15 @@
 //! Module map:
 //! - [`error`]: the one error type;
 //! - [`store`]: schema, group-commit writer, readers (the reference's SQLite layout);
+//! - [`jscompat`]: the JavaScript semantics the reference depends on (JSON.parse, number
+//!   formatting, Date parsing, UTF-16 string order);
+//! - [`keys`]: key derivation;
 //! - [`bindings`]: the napi classes and functions (conversion only).
 
 pub mod bindings;
 pub mod error;
+pub mod jscompat;
+pub mod keys;
 pub mod store;
 
 pub use error::{Error, Result};
