@@ -128,6 +128,12 @@ export interface StreamInfo {
   flags: number
 }
 
+/** A parsed touch cursor. */
+export interface TouchCursor {
+  epoch: string
+  generation: number
+}
+
 /** Result of `deleteWalThrough`. */
 export interface WalGcResult {
   deletedRows: number
@@ -141,4 +147,48 @@ export interface WalRow {
   payload: Buffer
   routingKey?: Buffer | null
   contentType?: string | null
+}
+
+export declare namespace keys {
+  /**
+   * `canonicalizeTemplateFields(fields)` (K12): copies `{name, encoding}` sorted by name in JS
+   * order (stable).
+   */
+  export function canonicalizeTemplateFields(fields: Array<{ name: string; encoding: string }>): Array<{ name: string; encoding: string }>
+  /**
+   * `encodeTemplateArg(value, encoding)` (K13): the encoded arg, or null. An unknown encoding
+   * throws `ERR_INVALID_ARGUMENT`.
+   */
+  export function encodeTemplateArg(value: unknown, encoding: string): string | null
+  /** `formatTouchCursor(epoch, generation)` (J3). */
+  export function formatTouchCursor(epoch: string, generation: number): string
+  /** `membershipKeyFor(templateId, encodedArgs)`. */
+  export function membershipKey(templateId: string, encodedArgs: string[]): string
+  /** `membershipKeyIdFor(templateId, encodedArgs)`. */
+  export function membershipKeyId(templateId: string, encodedArgs: string[]): number
+  /** `parseTouchCursor(raw)` (J3): `{ epoch, generation }` or null. */
+  export function parseTouchCursor(raw: string): TouchCursor | null
+  /** `projectedFieldKeyFor(templateId, fieldName, encodedArgs)`. */
+  export function projectedFieldKey(templateId: string, fieldName: string, encodedArgs: string[]): string
+  /** `projectedFieldKeyIdFor(templateId, fieldName, encodedArgs)`. */
+  export function projectedFieldKeyId(templateId: string, fieldName: string, encodedArgs: string[]): number
+  /** `tableKeyFor(entity)`: the table's routing key (16 hex chars). */
+  export function tableKey(entity: string): string
+  /** `tableKeyIdFor(entity)`: the table's key id (u32). */
+  export function tableKeyId(entity: string): number
+  /**
+   * `templateIdFor(entity, fieldNamesSorted)`: names must already be canonical
+   * (`canonicalizeTemplateFields`).
+   */
+  export function templateId(entity: string, fieldNamesSorted: string[]): string
+  /** `templateKeyFor(templateId)`. */
+  export function templateKey(templateId: string): string
+  /** `templateKeyIdFor(templateId)`. */
+  export function templateKeyId(templateId: string): number
+  /** `touchKeyIdFromRoutingKey(key)` (K14). */
+  export function touchKeyIdFromRoutingKey(key: string): number
+  /** `watchKeyFor(templateId, encodedArgs)`. */
+  export function watchKey(templateId: string, encodedArgs: string[]): string
+  /** `watchKeyIdFor(templateId, encodedArgs)`. */
+  export function watchKeyId(templateId: string, encodedArgs: string[]): number
 }

@@ -10,6 +10,9 @@
 //! Module map:
 //! - [`error`]: the one error type;
 //! - [`store`]: schema, group-commit writer, readers (the reference's SQLite layout);
+//! - [`jscompat`]: the JavaScript semantics the reference depends on (JSON.parse, number
+//!   formatting, Date parsing, UTF-16 string order);
+//! - [`keys`]: key derivation;
 //! - [`engine`]: the manager policy, hot interest, templates, waits by stream;
 //! - [`stats`]: the stats collector and reporter line;
 //! - [`bindings`]: the napi classes and functions (conversion only).
@@ -17,6 +20,8 @@
 pub mod bindings;
 pub mod engine;
 pub mod error;
+pub mod jscompat;
+pub mod keys;
 pub mod stats;
 pub mod store;
 

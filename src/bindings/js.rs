@@ -351,3 +351,135 @@ pub fn throw(env: &Env, err: Error) -> napi::Error {
     let value = js_error(env.raw(), &err);
     napi::Error::from(unsafe { napi::bindgen_prelude::Unknown::from_raw_unchecked(env.raw(), value) })
 }
+
+// ---------------------------------------------------------------- JS values as the cores see them
+
+use crate::jscompat::json::{Object as JsonObject, Value as JsonValue};
+use crate::jscompat::string::{has_lone_surrogate, wtf8_from_utf16, JsString};
+
+/// Nesting accepted when copying a JS value into a [`JsonValue`] (cycles end here too).
+const MAX_VALUE_DEPTH: usize = 256;
+
+impl Js {
+    /// The string as WTF-8 bytes: exact, lone surrogates included.
+    pub fn js_string(&self, what: &str) -> Result<JsString> {
+        Ok(JsString::from_wtf8(wtf8_from_utf16(&self.string_utf16(what)?)))
+    }
+
+    /// Own enumerable string keys, in JS order (`Object.keys`).
+    pub fn own_keys(&self) -> Result<Vec<Js>> {
+        let mut names = ptr::null_mut();
+        ok(unsafe {
+            sys::napi_get_all_property_names(
+                self.env,
+                self.raw,
+                sys::KeyCollectionMode::own_only,
+                sys::KeyFilter::enumerable | sys::KeyFilter::skip_symbols,
+                sys::KeyConversion::numbers_to_strings,
+                &mut names,
+            )
+        })?;
+        Js { env: self.env, raw: names }.elements("keys")
+    }
+
+    pub fn get_by_key(&self, key: &Js) -> Result<Js> {
+        let mut v = ptr::null_mut();
+        ok(unsafe { sys::napi_get_property(self.env, self.raw, key.raw, &mut v) })?;
+        Ok(Js { env: self.env, raw: v })
+    }
+
+    /// A copy of a JSON-like JS value: what the cores read configs and profiles from.
+    /// `undefined` properties are left out (as `JSON.stringify` does); a bigint becomes the
+    /// number `Number(v)` gives; functions and symbols count as objects.
+    pub fn to_value(self, what: &str) -> Result<Option<JsonValue>> {
+        self.to_value_at(what, 0)
+    }
+
+    fn to_value_at(self, what: &str, depth: usize) -> Result<Option<JsonValue>> {
+        if depth > MAX_VALUE_DEPTH {
+            return Err(Error::invalid(format!("{what} is nested too deeply (or cyclic)")));
+        }
+        if self.raw.is_null() {
+            return Ok(None);
+        }
+        Ok(Some(match self.type_of() {
+            sys::ValueType::napi_undefined => return Ok(None),
+            sys::ValueType::napi_null => JsonValue::Null,
+            sys::ValueType::napi_boolean => JsonValue::Bool(self.boolean(what)?),
+            sys::ValueType::napi_number => JsonValue::Number(self.number(what)?),
+            sys::ValueType::napi_string => JsonValue::String(self.js_string(what)?),
+            sys::ValueType::napi_bigint => {
+                let mut v = 0f64;
+                let mut coerced = ptr::null_mut();
+                ok(unsafe { sys::napi_coerce_to_string(self.env, self.raw, &mut coerced) })?;
+                let s = Js { env: self.env, raw: coerced }.string(what)?;
+                if let Ok(n) = s.parse::<f64>() {
+                    v = n;
+                }
+                JsonValue::Number(v)
+            }
+            sys::ValueType::napi_object if self.is_array() => {
+                let mut items = Vec::new();
+                for item in self.elements(what)? {
+                    items.push(item.to_value_at(what, depth + 1)?.unwrap_or(JsonValue::Null));
+                }
+                JsonValue::Array(items)
+            }
+            sys::ValueType::napi_object => {
+                let mut obj = JsonObject::new();
+                for key in self.own_keys()? {
+                    let name = key.js_string(what)?;
+                    if let Some(v) = self.get_by_key(&key)?.to_value_at(what, depth + 1)? {
+                        obj.insert(name, v);
+                    }
+                }
+                JsonValue::Object(obj)
+            }
+            _ => JsonValue::Object(JsonObject::new()),
+        }))
+    }
+}
+
+impl<'a> Out<'a> {
+    /// A JS string from WTF-8 bytes (lone surrogates restored).
+    pub fn js_str(&self, s: &[u8]) -> napi::Result<sys::napi_value> {
+        if !has_lone_surrogate(s) {
+            if let Ok(text) = std::str::from_utf8(s) {
+                return self.str(text);
+            }
+        }
+        let units = JsString::from_wtf8(s.to_vec()).to_utf16();
+        let mut v = ptr::null_mut();
+        napi_ok(unsafe { sys::napi_create_string_utf16(self.raw(), units.as_ptr(), units.len() as isize, &mut v) })?;
+        Ok(v)
+    }
+
+    /// A JS value from a [`JsonValue`] (objects keep their key order).
+    pub fn value(&self, v: &JsonValue) -> napi::Result<sys::napi_value> {
+        match v {
+            JsonValue::Null => self.null(),
+            JsonValue::Bool(b) => self.bool(*b),
+            JsonValue::Number(n) => self.num(*n),
+            JsonValue::String(s) => self.js_str(s.as_bytes()),
+            JsonValue::Array(items) => {
+                let items = items.iter().map(|i| self.value(i)).collect::<napi::Result<Vec<_>>>()?;
+                self.array(items)
+            }
+            JsonValue::Object(o) => {
+                let obj = self.object()?;
+                for k in o.keys() {
+                    if let Some(item) = o.get_bytes(k.as_bytes()) {
+                        let key = self.js_str(k.as_bytes())?;
+                        napi_ok(unsafe { sys::napi_set_property(self.raw(), obj, key, self.value(item)?) })?;
+                    }
+                }
+                Ok(obj)
+            }
+        }
+    }
+}
+
+/// Wraps a raw value as the `Unknown` a `#[napi]` function returns.
+pub fn unknown<'env>(env: &'env Env, v: sys::napi_value) -> napi::bindgen_prelude::Unknown<'env> {
+    unsafe { napi::bindgen_prelude::Unknown::from_raw_unchecked(env.raw(), v) }
+}

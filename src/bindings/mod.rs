@@ -2,7 +2,8 @@
 //!
 //! - [`js`]: argument checking and value building, and the one `Error` → JS error mapping;
 //! - [`port`]: the completion port that settles promises from native threads;
-//! - [`store`]: the `Store` class.
+//! - [`store`]: the `Store` class;
+//! - [`keys`]: the `keys` namespace (key derivation).
 //!
 //! No policy lives here: if a function in this module grows an `if` about touches, it belongs
 //! in a core module.
@@ -12,5 +13,6 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod js;
+pub mod keys;
 pub mod port;
 pub mod store;

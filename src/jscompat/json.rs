@@ -1,0 +1,775 @@
+//! `JSON.parse` as a JS engine does it, and the values it produces.
+//!
+//! Differences from serde_json that matter for fidelity:
+//! - any nesting depth is accepted (JS engines parse iteratively); parsing and dropping are
+//!   iterative here too, so deep input cannot overflow the stack;
+//! - numbers are f64 (`1e400` is `Infinity`, integers above 2^53 are rounded, `-0` stays);
+//! - strings are [`JsString`] (WTF-8): `"\ud800"` is accepted and kept;
+//! - duplicate keys: the last value wins, at the position of the first occurrence;
+//! - [`Object::keys`] lists own keys in JS order: array indexes ascending, then the rest in
+//!   insertion order (P7, C7's "first unknown key").
+//!
+//! [`Scanner`] exposes the lexer so the processor can validate a record and pick out the
+//! few members it needs without building a tree (see [`crate::changes`]).
+
+use std::collections::HashMap;
+
+use super::number::format_number;
+use super::string::{array_index, push_code_point, JsString};
+
+/// A JS value as `JSON.parse` produces it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Value {
+    #[default]
+    Null,
+    Bool(bool),
+    Number(f64),
+    String(JsString),
+    Array(Vec<Value>),
+    Object(Object),
+}
+
+/// A plain object: own properties in insertion order, keys unique.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Object {
+    entries: Vec<(JsString, Value)>,
+    index: Option<HashMap<JsString, usize>>,
+}
+
+const INDEX_THRESHOLD: usize = 24;
+
+impl Object {
+    pub fn new() -> Object {
+        Object::default()
+    }
+
+    /// Sets a property: a new key is appended, an existing one keeps its position.
+    pub fn insert(&mut self, key: JsString, value: Value) {
+        if let Some(i) = self.position(&key) {
+            self.entries[i].1 = value;
+            return;
+        }
+        if let Some(index) = &mut self.index {
+            index.insert(key.clone(), self.entries.len());
+        } else if self.entries.len() >= INDEX_THRESHOLD {
+            let mut index: HashMap<JsString, usize> =
+                self.entries.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
+            index.insert(key.clone(), self.entries.len());
+            self.index = Some(index);
+        }
+        self.entries.push((key, value));
+    }
+
+    fn position(&self, key: &JsString) -> Option<usize> {
+        match &self.index {
+            Some(index) => index.get(key).copied(),
+            None => self.entries.iter().position(|(k, _)| k == key),
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.get_bytes(key.as_bytes())
+    }
+
+    pub fn get_bytes(&self, key: &[u8]) -> Option<&Value> {
+        match &self.index {
+            Some(index) => index.get(&JsString::from_wtf8(key.to_vec())).map(|&i| &self.entries[i].1),
+            None => self.entries.iter().find(|(k, _)| k.as_bytes() == key).map(|(_, v)| v),
+        }
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Entries in insertion order.
+    pub fn entries(&self) -> impl Iterator<Item = (&JsString, &Value)> {
+        self.entries.iter().map(|(k, v)| (k, v))
+    }
+
+    /// Own keys in JS order (`Object.keys`): array indexes ascending, then insertion order.
+    pub fn keys(&self) -> Vec<&JsString> {
+        let mut indexes: Vec<(u32, &JsString)> =
+            self.entries.iter().filter_map(|(k, _)| array_index(k.as_bytes()).map(|i| (i, k))).collect();
+        indexes.sort_by_key(|(i, _)| *i);
+        let mut out: Vec<&JsString> = indexes.into_iter().map(|(_, k)| k).collect();
+        out.extend(self.entries.iter().filter(|(k, _)| array_index(k.as_bytes()).is_none()).map(|(k, _)| k));
+        out
+    }
+}
+
+impl Drop for Value {
+    fn drop(&mut self) {
+        // Drain children iteratively so very deep values do not recurse.
+        let mut stack: Vec<Value> = Vec::new();
+        take_children(self, &mut stack);
+        while let Some(mut v) = stack.pop() {
+            take_children(&mut v, &mut stack);
+        }
+    }
+}
+
+fn take_children(v: &mut Value, stack: &mut Vec<Value>) {
+    match v {
+        Value::Array(items) if !items.is_empty() => stack.append(items),
+        Value::Object(o) if !o.entries.is_empty() => {
+            o.index = None;
+            stack.extend(o.entries.drain(..).map(|(_, v)| v));
+        }
+        _ => {}
+    }
+}
+
+impl Value {
+    pub fn is_plain_object(&self) -> bool {
+        matches!(self, Value::Object(_))
+    }
+
+    pub fn as_object(&self) -> Option<&Object> {
+        match self {
+            Value::Object(o) => Some(o),
+            _ => None,
+        }
+    }
+
+    pub fn as_str_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Value::String(s) => Some(s.as_bytes()),
+            _ => None,
+        }
+    }
+
+    /// JS truthiness (`!!v`).
+    pub fn truthy(&self) -> bool {
+        match self {
+            Value::Null => false,
+            Value::Bool(b) => *b,
+            Value::Number(n) => *n != 0.0 && !n.is_nan(),
+            Value::String(s) => !s.is_empty(),
+            Value::Array(_) | Value::Object(_) => true,
+        }
+    }
+
+    /// `Number(v)` (ToNumber, with arrays and objects through their string form).
+    pub fn to_number(&self) -> f64 {
+        match self {
+            Value::Null => 0.0,
+            Value::Bool(b) => *b as u8 as f64,
+            Value::Number(n) => *n,
+            Value::String(s) => super::number::string_to_number(s.as_bytes()),
+            Value::Array(_) => match self.to_js_string() {
+                Some(s) => super::number::string_to_number(s.as_bytes()),
+                None => f64::NAN,
+            },
+            Value::Object(_) => f64::NAN,
+        }
+    }
+
+    /// `String(v)`; `None` when the value nests too deeply to render.
+    pub fn to_js_string(&self) -> Option<JsString> {
+        let mut out = Vec::new();
+        if write_js_string(self, &mut out, 0) {
+            Some(JsString::from_wtf8(out))
+        } else {
+            None
+        }
+    }
+}
+
+fn write_js_string(v: &Value, out: &mut Vec<u8>, depth: usize) -> bool {
+    if depth > 512 {
+        return false;
+    }
+    match v {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::Number(n) => out.extend_from_slice(format_number(*n).as_bytes()),
+        Value::String(s) => out.extend_from_slice(s.as_bytes()),
+        Value::Object(_) => out.extend_from_slice(b"[object Object]"),
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                // Array.prototype.join renders null (and undefined) elements as "".
+                if !matches!(item, Value::Null) && !write_js_string(item, out, depth + 1) {
+                    return false;
+                }
+            }
+        }
+    }
+    true
+}
+
+/// Why a text is not JSON (the processor only needs "not JSON").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyntaxError;
+
+/// A string token as it appears in the text: the bytes between the quotes, escapes undecoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawStr<'a> {
+    pub raw: &'a [u8],
+    pub escaped: bool,
+}
+
+impl<'a> RawStr<'a> {
+    /// The decoded string as WTF-8 (borrowed when there are no escapes).
+    pub fn decode(&self) -> std::borrow::Cow<'a, [u8]> {
+        if !self.escaped {
+            return std::borrow::Cow::Borrowed(self.raw);
+        }
+        let mut out = Vec::with_capacity(self.raw.len());
+        decode_escaped(self.raw, &mut out);
+        std::borrow::Cow::Owned(out)
+    }
+
+    /// Whether the decoded string equals `s` (WTF-8).
+    pub fn eq_bytes(&self, s: &[u8]) -> bool {
+        if !self.escaped {
+            self.raw == s
+        } else {
+            *self.decode() == *s
+        }
+    }
+}
+
+fn hex_val(c: u8) -> u32 {
+    match c {
+        b'0'..=b'9' => (c - b'0') as u32,
+        b'a'..=b'f' => (c - b'a' + 10) as u32,
+        _ => (c - b'A' + 10) as u32,
+    }
+}
+
+/// Decodes the body of a string token that the scanner validated.
+fn decode_escaped(raw: &[u8], out: &mut Vec<u8>) {
+    let mut i = 0;
+    while i < raw.len() {
+        let c = raw[i];
+        if c != b'\\' {
+            out.push(c);
+            i += 1;
+            continue;
+        }
+        let e = raw[i + 1];
+        i += 2;
+        match e {
+            b'"' => out.push(b'"'),
+            b'\\' => out.push(b'\\'),
+            b'/' => out.push(b'/'),
+            b'b' => out.push(0x08),
+            b'f' => out.push(0x0C),
+            b'n' => out.push(b'\n'),
+            b'r' => out.push(b'\r'),
+            b't' => out.push(b'\t'),
+            _ => {
+                let u = raw[i..i + 4].iter().fold(0u32, |a, &c| a * 16 + hex_val(c));
+                i += 4;
+                if (0xD800..0xDC00).contains(&u)
+                    && raw.len() >= i + 6
+                    && raw[i] == b'\\'
+                    && raw[i + 1] == b'u'
+                    && raw[i + 2..i + 6].iter().all(|c| c.is_ascii_hexdigit())
+                {
+                    let lo = raw[i + 2..i + 6].iter().fold(0u32, |a, &c| a * 16 + hex_val(c));
+                    if (0xDC00..0xE000).contains(&lo) {
+                        push_code_point(out, 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00));
+                        i += 6;
+                        continue;
+                    }
+                }
+                push_code_point(out, u);
+            }
+        }
+    }
+}
+
+/// The JSON lexer over text that is valid UTF-8 (the decoded payload).
+pub struct Scanner<'a> {
+    b: &'a [u8],
+    pos: usize,
+    stack: Vec<u8>,
+}
+
+impl<'a> Scanner<'a> {
+    pub fn new(text: &'a [u8]) -> Self {
+        Scanner { b: text, pos: 0, stack: Vec::new() }
+    }
+
+    /// Skips JSON whitespace (space, tab, LF, CR only).
+    #[inline]
+    pub fn ws(&mut self) {
+        while let Some(&c) = self.b.get(self.pos) {
+            if c == b' ' || c == b'\n' || c == b'\r' || c == b'\t' {
+                self.pos += 1;
+            } else {
+                break;
+            }
+        }
+    }
+
+    #[inline]
+    pub fn peek(&self) -> Option<u8> {
+        self.b.get(self.pos).copied()
+    }
+
+    #[inline]
+    pub fn eat(&mut self, c: u8) -> bool {
+        if self.peek() == Some(c) {
+            self.pos += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    pub fn expect(&mut self, c: u8) -> Result<(), SyntaxError> {
+        if self.eat(c) {
+            Ok(())
+        } else {
+            Err(SyntaxError)
+        }
+    }
+
+    /// True when only whitespace remains.
+    pub fn at_end(&mut self) -> bool {
+        self.ws();
+        self.pos == self.b.len()
+    }
+
+    /// A string token (the opening quote is next).
+    pub fn string(&mut self) -> Result<RawStr<'a>, SyntaxError> {
+        self.expect(b'"')?;
+        let start = self.pos;
+        let mut escaped = false;
+        let b = self.b;
+        let mut i = self.pos;
+        loop {
+            let Some(&c) = b.get(i) else { return Err(SyntaxError) };
+            match c {
+                b'"' => break,
+                b'\\' => {
+                    escaped = true;
+                    match b.get(i + 1) {
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+                        Some(b'u') => {
+                            if b.len() < i + 6 || !b[i + 2..i + 6].iter().all(|c| c.is_ascii_hexdigit()) {
+                                return Err(SyntaxError);
+                            }
+                            i += 6;
+                        }
+                        _ => return Err(SyntaxError),
+                    }
+                }
+                0..=0x1F => return Err(SyntaxError),
+                _ => i += 1,
+            }
+        }
+        self.pos = i + 1;
+        Ok(RawStr { raw: &b[start..i], escaped })
+    }
+
+    /// A number token, checked against the JSON grammar; returns its text.
+    pub fn number(&mut self) -> Result<&'a str, SyntaxError> {
+        let b = self.b;
+        let start = self.pos;
+        let mut i = start;
+        if b.get(i) == Some(&b'-') {
+            i += 1;
+        }
+        match b.get(i) {
+            Some(b'0') => i += 1,
+            Some(b'1'..=b'9') => {
+                while matches!(b.get(i), Some(b'0'..=b'9')) {
+                    i += 1;
+                }
+            }
+            _ => return Err(SyntaxError),
+        }
+        if b.get(i) == Some(&b'.') {
+            i += 1;
+            if !matches!(b.get(i), Some(b'0'..=b'9')) {
+                return Err(SyntaxError);
+            }
+            while matches!(b.get(i), Some(b'0'..=b'9')) {
+                i += 1;
+            }
+        }
+        if matches!(b.get(i), Some(b'e' | b'E')) {
+            i += 1;
+            if matches!(b.get(i), Some(b'+' | b'-')) {
+                i += 1;
+            }
+            if !matches!(b.get(i), Some(b'0'..=b'9')) {
+                return Err(SyntaxError);
+            }
+            while matches!(b.get(i), Some(b'0'..=b'9')) {
+                i += 1;
+            }
+        }
+        self.pos = i;
+        // The grammar above is ASCII only.
+        Ok(std::str::from_utf8(&b[start..i]).unwrap_or("0"))
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Result<(), SyntaxError> {
+        if self.b[self.pos..].starts_with(word) {
+            self.pos += word.len();
+            Ok(())
+        } else {
+            Err(SyntaxError)
+        }
+    }
+
+    /// Reads a scalar or notes a container; containers are skipped (validated) whole.
+    pub fn scalar(&mut self) -> Result<Scalar<'a>, SyntaxError> {
+        self.ws();
+        match self.peek() {
+            Some(b'"') => Ok(Scalar::String(self.string()?)),
+            Some(b't') => self.literal(b"true").map(|_| Scalar::Bool(true)),
+            Some(b'f') => self.literal(b"false").map(|_| Scalar::Bool(false)),
+            Some(b'n') => self.literal(b"null").map(|_| Scalar::Null),
+            Some(b'{') => self.skip_value().map(|_| Scalar::Object),
+            Some(b'[') => self.skip_value().map(|_| Scalar::Array),
+            Some(b'-' | b'0'..=b'9') => Ok(Scalar::Number(self.number()?)),
+            _ => Err(SyntaxError),
+        }
+    }
+
+    /// Skips one value of any depth, validating it.
+    pub fn skip_value(&mut self) -> Result<(), SyntaxError> {
+        self.stack.clear();
+        loop {
+            // A value is expected here.
+            self.ws();
+            match self.peek() {
+                Some(b'{') => {
+                    self.pos += 1;
+                    self.ws();
+                    if self.eat(b'}') {
+                        // empty object: fall through to "after value"
+                    } else {
+                        self.stack.push(b'{');
+                        self.ws();
+                        self.string()?;
+                        self.ws();
+                        self.expect(b':')?;
+                        continue;
+                    }
+                }
+                Some(b'[') => {
+                    self.pos += 1;
+                    self.ws();
+                    if !self.eat(b']') {
+                        self.stack.push(b'[');
+                        continue;
+                    }
+                }
+                Some(b'"') => {
+                    self.string()?;
+                }
+                Some(b't') => self.literal(b"true")?,
+                Some(b'f') => self.literal(b"false")?,
+                Some(b'n') => self.literal(b"null")?,
+                Some(b'-' | b'0'..=b'9') => {
+                    self.number()?;
+                }
+                _ => return Err(SyntaxError),
+            }
+            // After a value: close containers or move to the next member.
+            loop {
+                let Some(&top) = self.stack.last() else { return Ok(()) };
+                self.ws();
+                if self.eat(b',') {
+                    if top == b'{' {
+                        self.ws();
+                        self.string()?;
+                        self.ws();
+                        self.expect(b':')?;
+                    }
+                    break;
+                }
+                let close = if top == b'{' { b'}' } else { b']' };
+                self.expect(close)?;
+                self.stack.pop();
+            }
+        }
+    }
+
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+}
+
+/// A member value seen by the shallow record reader.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar<'a> {
+    Null,
+    Bool(bool),
+    /// The number's JSON text (parse with [`number_value`]).
+    Number(&'a str),
+    String(RawStr<'a>),
+    Object,
+    Array,
+}
+
+/// The f64 `JSON.parse` gives for a number token (correctly rounded; may be ±Infinity).
+pub fn number_value(text: &str) -> f64 {
+    text.parse::<f64>().unwrap_or(f64::NAN)
+}
+
+/// Decodes a payload as `TextDecoder` does (lossy UTF-8, one leading BOM dropped) (P4).
+pub fn decode_text(payload: &[u8]) -> std::borrow::Cow<'_, str> {
+    let text = String::from_utf8_lossy(payload);
+    match text {
+        std::borrow::Cow::Borrowed(s) => std::borrow::Cow::Borrowed(s.strip_prefix('\u{FEFF}').unwrap_or(s)),
+        std::borrow::Cow::Owned(s) => match s.strip_prefix('\u{FEFF}') {
+            Some(rest) => std::borrow::Cow::Owned(rest.to_string()),
+            None => std::borrow::Cow::Owned(s),
+        },
+    }
+}
+
+/// `JSON.parse(text)`.
+pub fn parse(text: &str) -> Result<Value, SyntaxError> {
+    enum Frame {
+        Array(Vec<Value>),
+        Object(Object, JsString),
+    }
+    let mut sc = Scanner::new(text.as_bytes());
+    let mut stack: Vec<Frame> = Vec::new();
+    loop {
+        sc.ws();
+        let mut value = match sc.peek() {
+            Some(b'{') => {
+                sc.pos += 1;
+                sc.ws();
+                if sc.eat(b'}') {
+                    Value::Object(Object::new())
+                } else {
+                    let key = JsString::from_wtf8(sc.string()?.decode().into_owned());
+                    sc.ws();
+                    sc.expect(b':')?;
+                    stack.push(Frame::Object(Object::new(), key));
+                    continue;
+                }
+            }
+            Some(b'[') => {
+                sc.pos += 1;
+                sc.ws();
+                if sc.eat(b']') {
+                    Value::Array(Vec::new())
+                } else {
+                    stack.push(Frame::Array(Vec::new()));
+                    continue;
+                }
+            }
+            Some(b'"') => Value::String(JsString::from_wtf8(sc.string()?.decode().into_owned())),
+            Some(b't') => {
+                sc.literal(b"true")?;
+                Value::Bool(true)
+            }
+            Some(b'f') => {
+                sc.literal(b"false")?;
+                Value::Bool(false)
+            }
+            Some(b'n') => {
+                sc.literal(b"null")?;
+                Value::Null
+            }
+            Some(b'-' | b'0'..=b'9') => Value::Number(number_value(sc.number()?)),
+            _ => return Err(SyntaxError),
+        };
+        // Attach the value to its parent, closing finished containers.
+        loop {
+            let Some(frame) = stack.last_mut() else {
+                return if sc.at_end() { Ok(value) } else { Err(SyntaxError) };
+            };
+            sc.ws();
+            match frame {
+                Frame::Array(items) => {
+                    items.push(value);
+                    if sc.eat(b',') {
+                        break;
+                    }
+                    sc.expect(b']')?;
+                    let Some(Frame::Array(items)) = stack.pop() else { unreachable!() };
+                    value = Value::Array(items);
+                }
+                Frame::Object(obj, key) => {
+                    obj.insert(std::mem::take(key), value);
+                    if sc.eat(b',') {
+                        sc.ws();
+                        *key = JsString::from_wtf8(sc.string()?.decode().into_owned());
+                        sc.ws();
+                        sc.expect(b':')?;
+                        break;
+                    }
+                    sc.expect(b'}')?;
+                    let Some(Frame::Object(obj, _)) = stack.pop() else { unreachable!() };
+                    value = Value::Object(obj);
+                }
+            }
+        }
+    }
+}
+
+/// Renders a value as `JSON.stringify` would (for tests and diagnostics).
+pub fn stringify(v: &Value) -> String {
+    let mut out = String::new();
+    write_json(v, &mut out);
+    out
+}
+
+fn write_json(v: &Value, out: &mut String) {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => {
+            if n.is_finite() {
+                out.push_str(&format_number(*n))
+            } else {
+                out.push_str("null")
+            }
+        }
+        Value::String(s) => write_json_string(s, out),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_json(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(o) => {
+            out.push('{');
+            for (i, k) in o.keys().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_json_string(k, out);
+                out.push(':');
+                write_json(o.get_bytes(k.as_bytes()).unwrap_or(&Value::Null), out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+fn write_json_string(s: &JsString, out: &mut String) {
+    out.push('"');
+    for cp in super::string::code_points(s.as_bytes()) {
+        match cp {
+            0x22 => out.push_str("\\\""),
+            0x5C => out.push_str("\\\\"),
+            0x08 => out.push_str("\\b"),
+            0x0C => out.push_str("\\f"),
+            0x0A => out.push_str("\\n"),
+            0x0D => out.push_str("\\r"),
+            0x09 => out.push_str("\\t"),
+            0..=0x1F | 0xD800..=0xDFFF => out.push_str(&format!("\\u{cp:04x}")),
+            _ => out.push(char::from_u32(cp).unwrap_or('\u{FFFD}')),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_like_json_parse() {
+        let v = parse(r#" {"b":1,"2":1,"a":[true,false,null],"1":-0,"b":2,"s":"\u00e9\ud83d\ude00\ud800"} "#).unwrap();
+        let o = v.as_object().unwrap();
+        let keys: Vec<String> = o.keys().iter().map(|k| k.to_string()).collect();
+        assert_eq!(keys, ["1", "2", "b", "a", "s"]);
+        assert_eq!(o.get("b"), Some(&Value::Number(2.0)));
+        let Some(Value::Number(z)) = o.get("1") else { panic!() };
+        assert!(z.is_sign_negative());
+        let s = o.get("s").unwrap().as_str_bytes().unwrap();
+        assert_eq!(JsString::from_wtf8(s.to_vec()).to_utf16(), vec![0xE9, 0xD83D, 0xDE00, 0xD800]);
+        assert_eq!(parse("1e400").unwrap(), Value::Number(f64::INFINITY));
+        assert_eq!(parse("9007199254740993").unwrap(), Value::Number(9007199254740992.0));
+    }
+
+    #[test]
+    fn rejects_what_json_parse_rejects() {
+        for bad in [
+            "",
+            " ",
+            "{",
+            "[1,]",
+            "{\"a\":1,}",
+            "01",
+            "1.",
+            ".5",
+            "+1",
+            "-",
+            "1e",
+            "tru",
+            "nul",
+            "\"\\x\"",
+            "\"\t\"",
+            "\"\\u12\"",
+            "{a:1}",
+            "[1 2]",
+            "1 2",
+            "NaN",
+            "Infinity",
+            "'a'",
+            "\u{FEFF}1",
+            "[\"a\":1]",
+            "{\"a\" 1}",
+        ] {
+            assert_eq!(parse(bad), Err(SyntaxError), "{bad:?}");
+        }
+        for good in ["0", "-0", "1E+2", "[]", "{}", "\"\"", " [ { } , [ ] ] ", "\"\u{7F}\u{2028}\""] {
+            assert!(parse(good).is_ok(), "{good:?}");
+        }
+    }
+
+    #[test]
+    fn deep_nesting_neither_overflows_nor_fails() {
+        let depth = 200_000;
+        let text = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+        let v = parse(&text).unwrap();
+        drop(v);
+        let mut sc = Scanner::new(text.as_bytes());
+        sc.skip_value().unwrap();
+        assert!(sc.at_end());
+        let text = "{\"a\":".repeat(depth) + "1" + &"}".repeat(depth);
+        assert!(parse(&text).is_ok());
+        assert!(parse(&text[..text.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn to_number_and_strings() {
+        assert_eq!(parse("\" 12 \"").unwrap().to_number(), 12.0);
+        assert_eq!(parse("[5]").unwrap().to_number(), 5.0);
+        assert_eq!(parse("[]").unwrap().to_number(), 0.0);
+        assert_eq!(parse("[null]").unwrap().to_number(), 0.0);
+        assert!(parse("[1,2]").unwrap().to_number().is_nan());
+        assert!(parse("{}").unwrap().to_number().is_nan());
+        assert_eq!(parse("true").unwrap().to_number(), 1.0);
+        assert_eq!(parse("null").unwrap().to_number(), 0.0);
+        assert_eq!(parse("[1,[2,3],null,\"x\"]").unwrap().to_js_string().unwrap().to_string(), "1,2,3,,x");
+        assert_eq!(stringify(&parse(r#"{"b":[1,"\n"],"0":null}"#).unwrap()), r#"{"0":null,"b":[1,"\n"]}"#);
+    }
+
+    #[test]
+    fn decodes_like_text_decoder() {
+        assert_eq!(decode_text(b"\xEF\xBB\xBF\xEF\xBB\xBFA\xFF\xC3"), "\u{FEFF}A\u{FFFD}\u{FFFD}");
+        assert_eq!(decode_text(b"{}"), "{}");
+    }
+}
