@@ -2,7 +2,9 @@
 //! store, the processor and the journals into what a server calls (issue 5).
 //!
 //! - [`hot`]: hot interest from active waits (M19);
-//! - [`policy`]: per-stream policy state (M5–M7, M11, M13, M16, M17).
+//! - [`policy`]: per-stream policy state (M5–M7, M11, M13, M16, M17);
+//! - [`templates`]: the live templates registry (T1–T12).
 
 pub mod hot;
 pub mod policy;
+pub mod templates;
