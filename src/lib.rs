@@ -13,12 +13,16 @@
 //! - [`jscompat`]: the JavaScript semantics the reference depends on (JSON.parse, number
 //!   formatting, Date parsing, UTF-16 string order);
 //! - [`keys`]: key derivation;
+//! - [`changes`]: State Protocol record → canonical change;
+//! - [`spec`]: touch config and state-protocol profile validation;
 //! - [`bindings`]: the napi classes and functions (conversion only).
 
 pub mod bindings;
+pub mod changes;
 pub mod error;
 pub mod jscompat;
 pub mod keys;
+pub mod spec;
 pub mod store;
 
 pub use error::{Error, Result};
