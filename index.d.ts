@@ -128,11 +128,63 @@ export interface StreamInfo {
   flags: number
 }
 
+/** A normalised touch config: `{ enabled: false }`, or every field with its default filled in. */
+export interface TouchConfig {
+  enabled: boolean
+  coarseIntervalMs?: number
+  touchCoalesceWindowMs?: number
+  onMissingBefore?: 'coarse' | 'skipBefore' | 'error'
+  lagDegradeFineTouchesAtSourceOffsets?: number
+  lagRecoverFineTouchesAtSourceOffsets?: number
+  fineTouchBudgetPerBatch?: number
+  fineTokensPerSecond?: number
+  fineBurstTokens?: number
+  lagReservedFineTouchBudgetPerBatch?: number
+  memory?: TouchMemoryConfig
+  templates?: TouchTemplatesConfig
+}
+
 /** A parsed touch cursor. */
 export interface TouchCursor {
   epoch: string
   generation: number
 }
+
+/** `touch.memory` of a normalised [`TouchConfig`]. */
+export interface TouchMemoryConfig {
+  bucketMs: number
+  filterPow2: number
+  k: number
+  pendingMaxKeys: number
+  keyIndexMaxKeys: number
+  hotKeyTtlMs: number
+  hotTemplateTtlMs: number
+  hotMaxKeys: number
+  hotMaxTemplates: number
+}
+
+/** `touch.templates` of a normalised [`TouchConfig`]. */
+export interface TouchTemplatesConfig {
+  defaultInactivityTtlMs: number
+  lastSeenPersistIntervalMs: number
+  gcIntervalMs: number
+  maxActiveTemplatesPerEntity: number
+  maxActiveTemplatesPerStream: number
+  activationRateLimitPerMinute: number
+}
+
+/**
+ * Validates a state-protocol profile (`validateStateProtocolProfileResult`, C5) and returns
+ * it normalised. Throws `ERR_INVALID_TOUCH_CONFIG` with the reference's message.
+ */
+export declare function validateStateProtocolProfile(raw: unknown, path?: string | undefined | null): { kind: 'state-protocol'; touch?: TouchConfig }
+
+/**
+ * Validates a touch config like the reference (`validateTouchConfigResult`) and returns the
+ * normalised config (defaults filled in, numbers coerced). Throws `ERR_INVALID_TOUCH_CONFIG`
+ * with the reference's message, e.g. `touch.coarseIntervalMs must be > 0`.
+ */
+export declare function validateTouchConfig(raw: unknown, path?: string | undefined | null): TouchConfig
 
 /** Result of `deleteWalThrough`. */
 export interface WalGcResult {

@@ -13,15 +13,19 @@
 //! - [`jscompat`]: the JavaScript semantics the reference depends on (JSON.parse, number
 //!   formatting, Date parsing, UTF-16 string order);
 //! - [`keys`]: key derivation;
+//! - [`changes`]: State Protocol record → canonical change;
+//! - [`spec`]: touch config and state-protocol profile validation;
 //! - [`engine`]: the manager policy, hot interest, templates, waits by stream;
 //! - [`stats`]: the stats collector and reporter line;
 //! - [`bindings`]: the napi classes and functions (conversion only).
 
 pub mod bindings;
+pub mod changes;
 pub mod engine;
 pub mod error;
 pub mod jscompat;
 pub mod keys;
+pub mod spec;
 pub mod stats;
 pub mod store;
 

@@ -389,8 +389,8 @@ impl Js {
     }
 
     /// A copy of a JSON-like JS value: what the cores read configs and profiles from.
-    /// `undefined` properties are left out (as `JSON.stringify` does); a bigint becomes the
-    /// number `Number(v)` gives; functions and symbols count as objects.
+    /// `undefined` (as a property value) is kept as [`JsonValue::Undefined`]; a bigint becomes
+    /// the number `Number(v)` gives; functions and symbols count as objects.
     pub fn to_value(self, what: &str) -> Result<Option<JsonValue>> {
         self.to_value_at(what, 0)
     }
@@ -403,7 +403,8 @@ impl Js {
             return Ok(None);
         }
         Ok(Some(match self.type_of() {
-            sys::ValueType::napi_undefined => return Ok(None),
+            sys::ValueType::napi_undefined if depth == 0 => return Ok(None),
+            sys::ValueType::napi_undefined => JsonValue::Undefined,
             sys::ValueType::napi_null => JsonValue::Null,
             sys::ValueType::napi_boolean => JsonValue::Bool(self.boolean(what)?),
             sys::ValueType::napi_number => JsonValue::Number(self.number(what)?),
@@ -421,7 +422,7 @@ impl Js {
             sys::ValueType::napi_object if self.is_array() => {
                 let mut items = Vec::new();
                 for item in self.elements(what)? {
-                    items.push(item.to_value_at(what, depth + 1)?.unwrap_or(JsonValue::Null));
+                    items.push(item.to_value_at(what, depth + 1)?.unwrap_or(JsonValue::Undefined));
                 }
                 JsonValue::Array(items)
             }
@@ -458,6 +459,7 @@ impl<'a> Out<'a> {
     pub fn value(&self, v: &JsonValue) -> napi::Result<sys::napi_value> {
         match v {
             JsonValue::Null => self.null(),
+            JsonValue::Undefined => self.undefined(),
             JsonValue::Bool(b) => self.bool(*b),
             JsonValue::Number(n) => self.num(*n),
             JsonValue::String(s) => self.js_str(s.as_bytes()),

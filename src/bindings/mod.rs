@@ -3,7 +3,8 @@
 //! - [`js`]: argument checking and value building, and the one `Error` → JS error mapping;
 //! - [`port`]: the completion port that settles promises from native threads;
 //! - [`store`]: the `Store` class;
-//! - [`keys`]: the `keys` namespace (key derivation).
+//! - [`keys`]: the `keys` namespace (key derivation);
+//! - [`spec`]: `validateTouchConfig`, `validateStateProtocolProfile`.
 //!
 //! No policy lives here: if a function in this module grows an `if` about touches, it belongs
 //! in a core module.
@@ -15,4 +16,5 @@
 pub mod js;
 pub mod keys;
 pub mod port;
+pub mod spec;
 pub mod store;

@@ -22,6 +22,8 @@ use super::string::{array_index, push_code_point, JsString};
 pub enum Value {
     #[default]
     Null,
+    /// `undefined`: never produced by `JSON.parse`, but a JS caller can hand it in.
+    Undefined,
     Bool(bool),
     Number(f64),
     String(JsString),
@@ -129,6 +131,11 @@ fn take_children(v: &mut Value, stack: &mut Vec<Value>) {
 }
 
 impl Value {
+    /// `v === undefined || v === null`.
+    pub fn is_nullish(&self) -> bool {
+        matches!(self, Value::Null | Value::Undefined)
+    }
+
     pub fn is_plain_object(&self) -> bool {
         matches!(self, Value::Object(_))
     }
@@ -150,7 +157,7 @@ impl Value {
     /// JS truthiness (`!!v`).
     pub fn truthy(&self) -> bool {
         match self {
-            Value::Null => false,
+            Value::Null | Value::Undefined => false,
             Value::Bool(b) => *b,
             Value::Number(n) => *n != 0.0 && !n.is_nan(),
             Value::String(s) => !s.is_empty(),
@@ -162,6 +169,7 @@ impl Value {
     pub fn to_number(&self) -> f64 {
         match self {
             Value::Null => 0.0,
+            Value::Undefined => f64::NAN,
             Value::Bool(b) => *b as u8 as f64,
             Value::Number(n) => *n,
             Value::String(s) => super::number::string_to_number(s.as_bytes()),
@@ -190,6 +198,7 @@ fn write_js_string(v: &Value, out: &mut Vec<u8>, depth: usize) -> bool {
     }
     match v {
         Value::Null => out.extend_from_slice(b"null"),
+        Value::Undefined => out.extend_from_slice(b"undefined"),
         Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
         Value::Number(n) => out.extend_from_slice(format_number(*n).as_bytes()),
         Value::String(s) => out.extend_from_slice(s.as_bytes()),
@@ -199,8 +208,8 @@ fn write_js_string(v: &Value, out: &mut Vec<u8>, depth: usize) -> bool {
                 if i > 0 {
                     out.push(b',');
                 }
-                // Array.prototype.join renders null (and undefined) elements as "".
-                if !matches!(item, Value::Null) && !write_js_string(item, out, depth + 1) {
+                // Array.prototype.join renders null and undefined elements as "".
+                if !matches!(item, Value::Null | Value::Undefined) && !write_js_string(item, out, depth + 1) {
                     return false;
                 }
             }
@@ -631,7 +640,7 @@ pub fn stringify(v: &Value) -> String {
 
 fn write_json(v: &Value, out: &mut String) {
     match v {
-        Value::Null => out.push_str("null"),
+        Value::Null | Value::Undefined => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
         Value::Number(n) => {
             if n.is_finite() {
