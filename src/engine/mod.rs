@@ -3,8 +3,10 @@
 //!
 //! - [`hot`]: hot interest from active waits (M19);
 //! - [`policy`]: per-stream policy state (M5–M7, M11, M13, M16, M17);
-//! - [`templates`]: the live templates registry (T1–T12).
+//! - [`templates`]: the live templates registry (T1–T12);
+//! - [`profile`]: stored profiles and touch state (C5, C6, S14, M22).
 
 pub mod hot;
 pub mod policy;
+pub mod profile;
 pub mod templates;
