@@ -10,10 +10,12 @@
 //! Module map:
 //! - [`error`]: the one error type;
 //! - [`store`]: schema, group-commit writer, readers (the reference's SQLite layout);
+//! - [`journal`]: the in-memory touch journal where clients wait on key sets;
 //! - [`bindings`]: the napi classes and functions (conversion only).
 
 pub mod bindings;
 pub mod error;
+pub mod journal;
 pub mod store;
 
 pub use error::{Error, Result};
