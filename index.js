@@ -836,3 +836,6 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.Store = nativeBinding.Store
+module.exports.TouchJournal = nativeBinding.TouchJournal
+module.exports.formatTouchCursor = nativeBinding.formatTouchCursor
+module.exports.parseTouchCursor = nativeBinding.parseTouchCursor

@@ -2,7 +2,8 @@
 //!
 //! - [`js`]: argument checking and value building, and the one `Error` → JS error mapping;
 //! - [`port`]: the completion port that settles promises from native threads;
-//! - [`store`]: the `Store` class.
+//! - [`store`]: the `Store` class;
+//! - [`journal`]: the `TouchJournal` class and the cursor functions.
 //!
 //! No policy lives here: if a function in this module grows an `if` about touches, it belongs
 //! in a core module.
@@ -11,6 +12,7 @@
 // dereferenced here, so functions taking them need not be `unsafe`.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+pub mod journal;
 pub mod js;
 pub mod port;
 pub mod store;

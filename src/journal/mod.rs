@@ -37,6 +37,12 @@
 //! Waiting is race-free: [`Journal::check_or_wait`] runs the caller's check (bloom, exact
 //! history, epoch) and registers the waiter under one lock, so no flush can fall between the two
 //! (W6). Resolutions are delivered after the lock is released, exactly once per waiter.
+//!
+//! Where flushes run: [`Journal::new`] flushes on the timer thread, for owners that only check
+//! and wait through [`Journal::check_or_wait`]. A JavaScript caller that checks and then waits
+//! in two calls, as the reference's wait route does, relies on no flush happening between
+//! them; [`Journal::with_flush_handoff`] gives it that: when the bucket timer fires, the journal
+//! asks its owner to run [`Journal::run_due_flush`] on the owner's thread instead.
 
 pub mod bloom;
 pub mod bucket;
@@ -114,22 +120,41 @@ struct Armed {
     at: u64,
 }
 
+/// Asked, from the timer thread, to have [`Journal::run_due_flush`] called on the owner's
+/// thread.
+pub type FlushHandoff = Box<dyn Fn(WeakJournal) + Send + Sync>;
+
 struct Core {
     state: JournalState,
     flush_timer: Option<Armed>,
     deadline_timer: Option<Armed>,
     next_token: u64,
+    /// The bucket timer fired and the flush was handed to the owner, which has not run it yet.
+    flush_due: bool,
 }
 
 struct Inner {
     core: Mutex<Core>,
     this: Weak<Inner>,
+    handoff: Option<FlushHandoff>,
 }
 
 /// A journal, shareable between threads (clones are handles to the same journal).
 #[derive(Clone)]
 pub struct Journal {
     inner: Arc<Inner>,
+}
+
+/// A handle that does not keep the journal alive (an abort listener holds one).
+#[derive(Clone)]
+pub struct WeakJournal {
+    inner: Weak<Inner>,
+}
+
+impl WeakJournal {
+    pub fn upgrade(&self) -> Option<Journal> {
+        self.inner.upgrade().map(|inner| Journal { inner })
+    }
 }
 
 /// Calls each callback outside any lock; a panicking callback does not stop the others.
@@ -140,14 +165,43 @@ fn deliver(out: Vec<Settlement>) {
 }
 
 impl Journal {
+    /// A journal whose bucket timer flushes on the timer thread.
     pub fn new(options: JournalOptions) -> Journal {
+        Self::build(options, None)
+    }
+
+    /// A journal whose bucket timer hands the flush to its owner (see the module docs).
+    pub fn with_flush_handoff(options: JournalOptions, handoff: FlushHandoff) -> Journal {
+        Self::build(options, Some(handoff))
+    }
+
+    fn build(options: JournalOptions, handoff: Option<FlushHandoff>) -> Journal {
         let state = JournalState::new(JournalConfig::from_options(&options), Epoch::random());
-        Journal {
-            inner: Arc::new_cyclic(|this| Inner {
-                core: Mutex::new(Core { state, flush_timer: None, deadline_timer: None, next_token: 0 }),
-                this: this.clone(),
-            }),
-        }
+        let core = Core { state, flush_timer: None, deadline_timer: None, next_token: 0, flush_due: false };
+        Journal { inner: Arc::new_cyclic(|this| Inner { core: Mutex::new(core), this: this.clone(), handoff }) }
+    }
+
+    /// Runs the flush the bucket timer handed off, if it is still due (a manual flush or a stop
+    /// in between cancels it). Returns whether a generation was produced.
+    pub fn run_due_flush(&self) -> bool {
+        let now = wall_ms();
+        let mut out = Vec::new();
+        let flushed = {
+            let mut core = self.inner.core.lock();
+            if !core.flush_due {
+                return false;
+            }
+            core.flush_due = false;
+            let flushed = core.state.flush(now, &mut out);
+            self.inner.sync_timers(&mut core);
+            flushed
+        };
+        deliver(out);
+        flushed
+    }
+
+    pub fn downgrade(&self) -> WeakJournal {
+        WeakJournal { inner: Arc::downgrade(&self.inner) }
     }
 
     /// Runs `f` on the locked core, keeps the timers in step, then delivers the settlements.
@@ -200,6 +254,7 @@ impl Journal {
             if let Some(armed) = core.flush_timer.take() {
                 timer::cancel(armed.key);
             }
+            core.flush_due = false;
             let flushed = core.state.flush(now, &mut out);
             self.inner.sync_timers(&mut core);
             flushed
@@ -312,6 +367,7 @@ impl Journal {
             if let Some(a) = core.deadline_timer.take() {
                 timer::cancel(a.key);
             }
+            core.flush_due = false;
             core.state.stop(&mut out)
         };
         deliver(out);
@@ -330,7 +386,7 @@ impl Inner {
     /// Arms the flush timer when touches are pending (J6) and points the deadline timer at the
     /// heap root (J12).
     fn sync_timers(&self, core: &mut Core) {
-        if core.flush_timer.is_none() && core.state.has_pending() {
+        if core.flush_timer.is_none() && !core.flush_due && core.state.has_pending() {
             let at = mono_now().saturating_add(core.state.coalesce_ms().saturating_mul(1_000_000));
             core.flush_timer = Some(self.arm(core, at, FLUSH_TIMER));
         }
@@ -349,12 +405,18 @@ impl Inner {
 impl TimerTarget for Inner {
     fn on_timer(&self, token: u64) {
         let mut out = Vec::new();
+        let mut hand_off = false;
         {
             let mut core = self.core.lock();
             if token & 1 == FLUSH_TIMER {
                 if core.flush_timer.as_ref().is_some_and(|a| a.token == token) {
                     core.flush_timer = None;
-                    core.state.flush(wall_ms(), &mut out);
+                    if self.handoff.is_some() {
+                        core.flush_due = true;
+                        hand_off = true;
+                    } else {
+                        core.state.flush(wall_ms(), &mut out);
+                    }
                 }
             } else if core.deadline_timer.as_ref().is_some_and(|a| a.token == token) {
                 core.deadline_timer = None;
@@ -363,6 +425,9 @@ impl TimerTarget for Inner {
             self.sync_timers(&mut core);
         }
         deliver(out);
+        if let (true, Some(handoff)) = (hand_off, &self.handoff) {
+            handoff(WeakJournal { inner: self.this.clone() });
+        }
     }
 }
 
@@ -460,6 +525,32 @@ mod tests {
         j.wait_for_any(WaitRequest { keys: vec![1], timeout_ms: 60_000, ..Default::default() }, r2).unwrap();
         drop(j);
         assert_eq!(rx2.recv().unwrap(), None);
+    }
+
+    #[test]
+    fn a_handed_off_flush_runs_only_on_the_owners_call() {
+        let (tx, rx) = mpsc::channel::<WeakJournal>();
+        let tx = std::sync::Mutex::new(tx);
+        let j = Journal::with_flush_handoff(
+            JournalOptions { bucket_ms: 5.0, ..Default::default() },
+            Box::new(move |w| tx.lock().unwrap().send(w).unwrap()),
+        );
+        j.touch(1, None, None);
+        let handle = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(j.generation(), 0, "the timer thread did not flush");
+        j.touch(2, None, None);
+        assert!(rx.try_recv().is_err(), "no second timer while a flush is due");
+        assert!(handle.upgrade().unwrap().run_due_flush());
+        assert_eq!(j.generation(), 1);
+        assert!(j.maybe_touched_since(2, 0));
+        assert!(!j.run_due_flush(), "ran once");
+        // A manual flush cancels a due one.
+        j.touch(3, None, None);
+        let handle = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(j.flush());
+        assert!(!handle.upgrade().unwrap().run_due_flush());
+        assert_eq!(j.generation(), 2);
     }
 
     #[test]
