@@ -38,6 +38,59 @@ export declare class Store {
   get closed(): boolean
 }
 
+/**
+ * An in-memory touch journal (the reference's `TouchJournal`): touches flush in buckets as
+ * generations, a time-aware bloom answers "touched since?", and waits are promises.
+ */
+export declare class TouchJournal {
+  constructor(options?: TouchJournalOptions | undefined | null)
+  /**
+   * Adds a touch to the pending bucket (J6). `routingKey`, when 16 hex, also feeds the exact
+   * history.
+   */
+  touch(keyId: number, sourceOffsetSeq?: bigint | null, routingKey?: string | null): void
+  /**
+   * Many touches in one call: `keyIds[i]` with `sourceOffsetSeqs[i]` and `routingKeys[i]`
+   * (a `BigUint64Array` holds routing keys as the numbers their 16 hex digits spell).
+   */
+  touchMany(keyIds: Uint32Array | number[], sourceOffsetSeqs?: BigInt64Array | bigint[] | null, routingKeys?: BigUint64Array | Array<string | null> | null): void
+  /** J7: the flush delay for the next bucket, clamped to [1, bucketMs]. */
+  setCoalesceMs(ms: number): void
+  /** J5: false means the key was certainly not flushed after `sinceGeneration`. */
+  maybeTouchedSince(keyId: number, sinceGeneration: number): boolean
+  /** J5 for any of `keyIds`. */
+  maybeTouchedSinceAny(keyIds: number[] | Uint32Array, sinceGeneration: number): boolean
+  /** J10: true / false from the exact history, or null when it cannot tell. */
+  exactTouchedSinceAny(routingKeys: string[], sinceGeneration: number): boolean | null
+  /**
+   * J11: resolves with the hit when a flush after `afterGeneration` touches one of the keys,
+   * or null on timeout, abort or `stop()`. Exactly once.
+   */
+  waitForAny(args: WaitForAnyArgs): Promise<TouchHit | null>
+  /**
+   * Flushes the pending bucket now (tests and benchmarks). Returns whether a generation was
+   * produced.
+   */
+  flush(): boolean
+  getCursor(): string
+  getEpoch(): string
+  getGeneration(): number
+  /** The largest source offset flushed so far (-1n before any). */
+  getLastFlushedSourceOffsetSeq(): bigint
+  getLastFlushAtMs(): number
+  getLastBucketStartMs(): number
+  getActiveWaiters(): number
+  getMeta(): TouchJournalMeta
+  getTotalStats(): TouchJournalTotalStats
+  snapshotAndResetIntervalStats(): TouchJournalIntervalStats
+  /** Bytes of bloom memory held: 0 until the first flushed key, then 4 × filterSize (B14). */
+  getFilterBytes(): number
+  /** Cancels the timers and resolves every pending wait with null (B29). Returns how many. */
+  stop(): number
+  /** The bloom slots of a key (J4), for diagnostics and differential tests. */
+  static slotPositions(keyId: number, filterPow2?: number, k?: number): Array<number>
+}
+
 /** Options of `append`. */
 export interface AppendOptions {
   /** Reject with `ERR_SEQ_MISMATCH` unless the stream's next offset is this. */
@@ -56,6 +109,18 @@ export interface AppendResult {
   lastOffset: bigint
   nextOffset: bigint
 }
+
+/** `<epoch>:<generation>` with the generation floored and at least 0. */
+export declare function formatTouchCursor(epoch: string, generation: number): string
+
+/** A parsed cursor. */
+export interface ParsedTouchCursor {
+  epoch: string
+  generation: number
+}
+
+/** J3: `{ epoch, generation }` for `<epochHex16>:<digits>` (trimmed; epoch lowercased), else null. */
+export declare function parseTouchCursor(raw: string): ParsedTouchCursor | null
 
 /** Options of `read`. */
 export interface ReadOptions {
@@ -150,6 +215,78 @@ export interface TouchCursor {
   generation: number
 }
 
+/** What `waitForAny` resolves with when a touch woke it. */
+export interface TouchHit {
+  generation: number
+  /** The touched key for a keyed waiter; 0 for exact, broad and broadcast wakes. */
+  keyId: number
+  bucketMaxSourceOffsetSeq: bigint
+  flushAtMs: number
+  bucketStartMs: number
+}
+
+/** `snapshotAndResetIntervalStats()` (J14). */
+export interface TouchJournalIntervalStats {
+  timeoutsFired: number
+  timeoutSweeps: number
+  timeoutSweepMsSum: number
+  timeoutSweepMsMax: number
+  notifyWakeups: number
+  notifyFlushes: number
+  notifyWakeMsSum: number
+  notifyWakeMsMax: number
+  heapSize: number
+}
+
+/** `getMeta()` (J13). */
+export interface TouchJournalMeta {
+  mode: 'memory'
+  cursor: string
+  epoch: string
+  generation: number
+  bucketMs: number
+  coalesceMs: number
+  filterSize: number
+  k: number
+  pendingKeys: number
+  overflowBuckets: number
+  activeWaiters: number
+  /** The largest source offset ever flushed, as a decimal string ("-1" before any). */
+  bucketMaxSourceOffsetSeq: string
+  lastFlushAtMs: number
+  flushIntervalMsMaxLast10s: number
+  flushIntervalMsP95Last10s: number
+}
+
+/** Options of `new TouchJournal(...)`; defaults are the reference server's (J2). */
+export interface TouchJournalOptions {
+  /** Bucket length in ms (default 100); the flush timer never waits longer. */
+  bucketMs?: number
+  /** The bloom has 2^filterPow2 slots (default 22, clamped to [10, 30]). */
+  filterPow2?: number
+  /** Slots per key (default 4, clamped to [1, 8]). */
+  k?: number
+  /** Unique keys per bucket before it overflows into a broadcast (default 100,000). */
+  pendingMaxKeys?: number
+  /** Waiters with more unique keys are scanned at each flush instead of indexed (default 32). */
+  keyIndexMaxKeys?: number
+  /** The generation to start at (default 0). For tests of the generation wrap. */
+  initialGeneration?: number
+}
+
+/** `getTotalStats()` (J14). */
+export interface TouchJournalTotalStats {
+  timeoutsFired: number
+  timeoutSweeps: number
+  timeoutSweepMsSum: number
+  timeoutSweepMsMax: number
+  notifyWakeups: number
+  notifyFlushes: number
+  notifyWakeMsSum: number
+  notifyWakeMsMax: number
+  flushes: number
+}
+
 /** `touch.memory` of a normalised [`TouchConfig`]. */
 export interface TouchMemoryConfig {
   bucketMs: number
@@ -185,6 +322,19 @@ export declare function validateStateProtocolProfile(raw: unknown, path?: string
  * with the reference's message, e.g. `touch.coarseIntervalMs must be > 0`.
  */
 export declare function validateTouchConfig(raw: unknown, path?: string | undefined | null): TouchConfig
+
+/** Arguments of `waitForAny`. */
+export interface WaitForAnyArgs {
+  /** Key ids (u32), at most 1024. */
+  keys: number[] | Uint32Array
+  /** 16-hex routing keys to match exactly (others are ignored), at most 1024. */
+  exactKeys?: string[] | null
+  /** Wake only for generations after this one (default: the current generation). */
+  afterGeneration?: number
+  /** 0 resolves null at once; at most 2^31 - 1. */
+  timeoutMs: number
+  signal?: AbortSignal | null
+}
 
 /** Result of `deleteWalThrough`. */
 export interface WalGcResult {

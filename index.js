@@ -836,6 +836,9 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.Store = nativeBinding.Store
+module.exports.TouchJournal = nativeBinding.TouchJournal
+module.exports.formatTouchCursor = nativeBinding.formatTouchCursor
+module.exports.parseTouchCursor = nativeBinding.parseTouchCursor
 module.exports.validateStateProtocolProfile = nativeBinding.validateStateProtocolProfile
 module.exports.validateTouchConfig = nativeBinding.validateTouchConfig
 module.exports.keys = nativeBinding.keys

@@ -17,12 +17,14 @@
 //! - [`spec`]: touch config and state-protocol profile validation;
 //! - [`engine`]: the manager policy, hot interest, templates, waits by stream;
 //! - [`stats`]: the stats collector and reporter line;
+//! - [`journal`]: the in-memory touch journal where clients wait on key sets;
 //! - [`bindings`]: the napi classes and functions (conversion only).
 
 pub mod bindings;
 pub mod changes;
 pub mod engine;
 pub mod error;
+pub mod journal;
 pub mod jscompat;
 pub mod keys;
 pub mod spec;

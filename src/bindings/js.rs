@@ -197,6 +197,61 @@ impl Js {
         Some(unsafe { std::slice::from_raw_parts(data as *const u8, len) })
     }
 
+    /// The data of a typed array of element kind `kind` (`sys::TypedarrayType::*`).
+    fn typed_raw(&self, kind: sys::napi_typedarray_type) -> Option<(*const std::ffi::c_void, usize)> {
+        let mut is_ta = false;
+        unsafe { sys::napi_is_typedarray(self.env, self.raw, &mut is_ta) };
+        if !is_ta {
+            return None;
+        }
+        let (mut k, mut len, mut data, mut ab, mut offset) = (0, 0usize, ptr::null_mut(), ptr::null_mut(), 0usize);
+        let st = unsafe {
+            sys::napi_get_typedarray_info(self.env, self.raw, &mut k, &mut len, &mut data, &mut ab, &mut offset)
+        };
+        if st != sys::Status::napi_ok || k != kind {
+            return None;
+        }
+        Some((data as *const std::ffi::c_void, len))
+    }
+
+    /// The elements of a `Uint32Array`, without copying. Valid during the current call.
+    pub fn u32_slice(&self) -> Option<&[u32]> {
+        let (data, len) = self.typed_raw(sys::TypedarrayType::uint32_array)?;
+        // Typed array data is aligned to its element size.
+        Some(if len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(data as *const u32, len) } })
+    }
+
+    /// The elements of a `BigInt64Array`, without copying. Valid during the current call.
+    pub fn i64_slice(&self) -> Option<&[i64]> {
+        let (data, len) = self.typed_raw(sys::TypedarrayType::bigint64_array)?;
+        Some(if len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(data as *const i64, len) } })
+    }
+
+    /// The elements of a `BigUint64Array`, without copying. Valid during the current call.
+    pub fn u64_slice(&self) -> Option<&[u64]> {
+        let (data, len) = self.typed_raw(sys::TypedarrayType::biguint64_array)?;
+        Some(if len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(data as *const u64, len) } })
+    }
+
+    /// Calls `f` with the string's UTF-8 text, read into a stack buffer when short (hot paths).
+    pub fn with_str<R>(&self, what: &str, f: impl FnOnce(&str) -> R) -> Result<R> {
+        if self.type_of() != sys::ValueType::napi_string {
+            return Err(Error::invalid(format!("{what} must be a string")));
+        }
+        let mut buf = [0u8; 64];
+        let mut written = 0usize;
+        ok(unsafe {
+            sys::napi_get_value_string_utf8(self.env, self.raw, buf.as_mut_ptr().cast(), buf.len(), &mut written)
+        })?;
+        if written + 1 < buf.len() {
+            // napi writes whole characters only, so the prefix is valid UTF-8.
+            let s = std::str::from_utf8(&buf[..written])
+                .map_err(|_| Error::invalid(format!("{what} is not valid text")))?;
+            return Ok(f(s));
+        }
+        Ok(f(&self.string(what)?))
+    }
+
     /// A `Buffer`/`Uint8Array` (copied) or a string (as UTF-8).
     pub fn bytes(&self, what: &str) -> Result<Vec<u8>> {
         if let Some(b) = self.byte_slice() {

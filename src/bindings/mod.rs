@@ -4,7 +4,8 @@
 //! - [`port`]: the completion port that settles promises from native threads;
 //! - [`store`]: the `Store` class;
 //! - [`keys`]: the `keys` namespace (key derivation);
-//! - [`spec`]: `validateTouchConfig`, `validateStateProtocolProfile`.
+//! - [`spec`]: `validateTouchConfig`, `validateStateProtocolProfile`;
+//! - [`journal`]: the `TouchJournal` class and the cursor functions.
 //!
 //! No policy lives here: if a function in this module grows an `if` about touches, it belongs
 //! in a core module.
@@ -13,6 +14,7 @@
 // dereferenced here, so functions taking them need not be `unsafe`.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+pub mod journal;
 pub mod js;
 pub mod keys;
 pub mod port;

@@ -7,6 +7,11 @@
 //! on the JS thread, so a group commit of 1,000 appends or a flush waking 10,000 waiters costs
 //! one wake-up of the event loop, not one per promise.
 //!
+//! The same drain also runs [`Job`]s posted with [`Port::post_job`]: work a native thread
+//! hands to the JS thread (a journal's timer-driven flush, which must not interleave with
+//! synchronous JS code). Jobs run before the settlements of the same drain and do not keep the
+//! event loop alive.
+//!
 //! The port keeps the event loop alive exactly while promises are pending (it is referenced on
 //! the 0 → 1 transition and unreferenced on 1 → 0), like a timer would. A [`Ticket`] dropped
 //! without being settled rejects its promise with `ERR_INTERNAL`, so no promise is ever left
@@ -26,8 +31,12 @@ use crate::error::Error;
 /// Builds the resolved value on the JS thread (or returns the error to reject with).
 pub type Outcome = Box<dyn FnOnce(&Env) -> Result<sys::napi_value, Error> + Send>;
 
+/// Work to run on the JS thread at the next drain.
+pub type Job = Box<dyn FnOnce(&Env) + Send>;
+
 struct Queue {
     items: Mutex<Vec<(RawDeferred, Outcome)>>,
+    jobs: Mutex<Vec<Job>>,
     scheduled: AtomicBool,
     /// Promises created and not yet settled. Only changed on the JS thread.
     pending: AtomicUsize,
@@ -80,6 +89,7 @@ impl Port {
     pub fn new(env: &Env) -> napi::Result<Port> {
         let queue = Arc::new(Queue {
             items: Mutex::new(Vec::new()),
+            jobs: Mutex::new(Vec::new()),
             scheduled: AtomicBool::new(false),
             pending: AtomicUsize::new(0),
             referenced: AtomicBool::new(false),
@@ -137,6 +147,17 @@ impl Port {
         Ok(promise)
     }
 
+    /// Runs `job` on the JS thread at the next drain (from any thread). Dropped unrun if the
+    /// environment is tearing down.
+    pub fn post_job(&self, job: Job) {
+        let q = &self.shared.queue;
+        if q.dead.load(Ordering::Acquire) {
+            return;
+        }
+        q.jobs.lock().push(job);
+        schedule(&self.shared);
+    }
+
     /// Promises created on this port and not settled yet.
     pub fn pending(&self) -> usize {
         self.shared.queue.pending.load(Ordering::Acquire)
@@ -182,6 +203,11 @@ fn post(shared: &Shared, deferred: RawDeferred, outcome: Outcome) {
         return;
     }
     q.items.lock().push((deferred, outcome));
+    schedule(shared);
+}
+
+fn schedule(shared: &Shared) {
+    let q = &shared.queue;
     if !q.scheduled.swap(true, Ordering::AcqRel) {
         // Fails only while the environment tears down; the queue is then dropped with it.
         unsafe {
@@ -205,12 +231,19 @@ unsafe extern "C" fn drain_queue(
     }
     let q = unsafe { &*(context as *const Queue) };
     q.scheduled.store(false, Ordering::Release);
+    let js_env = Env::from_raw(env);
+    let jobs = std::mem::take(&mut *q.jobs.lock());
+    for job in jobs {
+        let mut scope = ptr::null_mut();
+        unsafe { sys::napi_open_handle_scope(env, &mut scope) };
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&js_env)));
+        unsafe { sys::napi_close_handle_scope(env, scope) };
+    }
     let items = std::mem::take(&mut *q.items.lock());
     if items.is_empty() {
         return;
     }
     let count = items.len();
-    let js_env = Env::from_raw(env);
     for (deferred, outcome) in items {
         let mut scope = ptr::null_mut();
         unsafe { sys::napi_open_handle_scope(env, &mut scope) };
@@ -236,6 +269,7 @@ unsafe extern "C" fn finalize_queue(_env: sys::napi_env, _data: *mut c_void, con
         queue.dead.store(true, Ordering::Release);
         // Outcomes still queued belong to promises of a dead environment.
         queue.items.lock().clear();
+        queue.jobs.lock().clear();
     }
 }
 

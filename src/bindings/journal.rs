@@ -1,0 +1,803 @@
+//! `TouchJournal`: the JS class over [`crate::journal::Journal`], plus `parseTouchCursor` and
+//! `formatTouchCursor`. Conversion only: argument checks, JS values, promises and the
+//! AbortSignal listener.
+
+use std::cell::Cell;
+use std::ffi::c_void;
+use std::ptr;
+
+use napi::bindgen_prelude::*;
+use napi::sys;
+use napi_derive::napi;
+
+use super::js::{throw, Js, Out};
+use super::port::Port;
+use crate::error::Error;
+use crate::journal::bloom::slot_positions;
+use crate::journal::{
+    parse_cursor, parse_routing_key, Journal, JournalMeta, JournalOptions, Touch, TouchHit, WaitRequest, WaiterId,
+    WakeStats, WeakJournal,
+};
+
+/// Options of `new TouchJournal(...)`; defaults are the reference server's (J2).
+#[napi(object, object_to_js = false)]
+pub struct TouchJournalOptions {
+    /// Bucket length in ms (default 100); the flush timer never waits longer.
+    pub bucket_ms: Option<f64>,
+    /// The bloom has 2^filterPow2 slots (default 22, clamped to [10, 30]).
+    pub filter_pow2: Option<f64>,
+    /// Slots per key (default 4, clamped to [1, 8]).
+    pub k: Option<f64>,
+    /// Unique keys per bucket before it overflows into a broadcast (default 100,000).
+    pub pending_max_keys: Option<f64>,
+    /// Waiters with more unique keys are scanned at each flush instead of indexed (default 32).
+    pub key_index_max_keys: Option<f64>,
+    /// The generation to start at (default 0). For tests of the generation wrap.
+    pub initial_generation: Option<u32>,
+}
+
+/// What `waitForAny` resolves with when a touch woke it.
+#[napi(object, object_from_js = false, js_name = "TouchHit")]
+pub struct TouchHitJs {
+    pub generation: u32,
+    /// The touched key for a keyed waiter; 0 for exact, broad and broadcast wakes.
+    pub key_id: u32,
+    pub bucket_max_source_offset_seq: i64n,
+    pub flush_at_ms: f64,
+    pub bucket_start_ms: f64,
+}
+
+/// Arguments of `waitForAny`.
+#[napi(object, object_to_js = false)]
+pub struct WaitForAnyArgs {
+    /// Key ids (u32), at most 1024.
+    #[napi(ts_type = "number[] | Uint32Array")]
+    pub keys: Vec<u32>,
+    /// 16-hex routing keys to match exactly (others are ignored), at most 1024.
+    #[napi(ts_type = "string[] | null")]
+    pub exact_keys: Option<Vec<String>>,
+    /// Wake only for generations after this one (default: the current generation).
+    pub after_generation: Option<u32>,
+    /// 0 resolves null at once; at most 2^31 - 1.
+    pub timeout_ms: f64,
+    #[napi(ts_type = "AbortSignal | null")]
+    pub signal: Option<Unknown<'static>>,
+}
+
+/// `getMeta()` (J13).
+#[napi(object, object_from_js = false)]
+pub struct TouchJournalMeta {
+    #[napi(ts_type = "'memory'")]
+    pub mode: String,
+    pub cursor: String,
+    pub epoch: String,
+    pub generation: u32,
+    pub bucket_ms: f64,
+    pub coalesce_ms: f64,
+    pub filter_size: f64,
+    pub k: u32,
+    pub pending_keys: f64,
+    pub overflow_buckets: f64,
+    pub active_waiters: f64,
+    /// The largest source offset ever flushed, as a decimal string ("-1" before any).
+    pub bucket_max_source_offset_seq: String,
+    pub last_flush_at_ms: f64,
+    #[napi(js_name = "flushIntervalMsMaxLast10s")]
+    pub flush_interval_ms_max_last10s: f64,
+    #[napi(js_name = "flushIntervalMsP95Last10s")]
+    pub flush_interval_ms_p95_last10s: f64,
+}
+
+/// `getTotalStats()` (J14).
+#[napi(object, object_from_js = false)]
+pub struct TouchJournalTotalStats {
+    pub timeouts_fired: f64,
+    pub timeout_sweeps: f64,
+    pub timeout_sweep_ms_sum: f64,
+    pub timeout_sweep_ms_max: f64,
+    pub notify_wakeups: f64,
+    pub notify_flushes: f64,
+    pub notify_wake_ms_sum: f64,
+    pub notify_wake_ms_max: f64,
+    pub flushes: f64,
+}
+
+/// `snapshotAndResetIntervalStats()` (J14).
+#[napi(object, object_from_js = false)]
+pub struct TouchJournalIntervalStats {
+    pub timeouts_fired: f64,
+    pub timeout_sweeps: f64,
+    pub timeout_sweep_ms_sum: f64,
+    pub timeout_sweep_ms_max: f64,
+    pub notify_wakeups: f64,
+    pub notify_flushes: f64,
+    pub notify_wake_ms_sum: f64,
+    pub notify_wake_ms_max: f64,
+    pub heap_size: f64,
+}
+
+/// A parsed cursor.
+#[napi(object, object_from_js = false)]
+pub struct ParsedTouchCursor {
+    pub epoch: String,
+    pub generation: f64,
+}
+
+type JsResult<T> = std::result::Result<T, Error>;
+
+fn opt_number(o: &Js, key: &str) -> JsResult<Option<f64>> {
+    match o.opt(key)? {
+        None => Ok(None),
+        Some(v) => {
+            let n = v.number(&format!("options.{key}"))?;
+            if !n.is_finite() {
+                return Err(Error::invalid(format!("options.{key} must be a finite number")));
+            }
+            Ok(Some(n))
+        }
+    }
+}
+
+fn parse_options(options: Option<Js>) -> JsResult<JournalOptions> {
+    let mut o = JournalOptions::default();
+    let Some(opts) = options.filter(|v| !v.is_nullish()) else { return Ok(o) };
+    let opts = opts.object("options")?;
+    if let Some(n) = opt_number(&opts, "bucketMs")? {
+        o.bucket_ms = n;
+    }
+    if let Some(n) = opt_number(&opts, "filterPow2")? {
+        o.filter_pow2 = n;
+    }
+    if let Some(n) = opt_number(&opts, "k")? {
+        o.k = n;
+    }
+    if let Some(n) = opt_number(&opts, "pendingMaxKeys")? {
+        o.pending_max_keys = n;
+    }
+    if let Some(n) = opt_number(&opts, "keyIndexMaxKeys")? {
+        o.key_index_max_keys = n;
+    }
+    if let Some(v) = opts.opt("initialGeneration")? {
+        o.initial_generation = u32_value(&v, "options.initialGeneration")?;
+    }
+    Ok(o)
+}
+
+/// A number that is an integer in [0, 2^32).
+fn u32_of(n: f64, what: &str) -> JsResult<u32> {
+    if n.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&n) {
+        Ok(n as u32)
+    } else {
+        Err(Error::invalid(format!("{what} must be an integer in [0, 4294967295]")))
+    }
+}
+
+fn u32_value(v: &Js, what: &str) -> JsResult<u32> {
+    let mut n = 0f64;
+    let st = unsafe { sys::napi_get_value_double(v.env, v.raw, &mut n) };
+    if st != sys::Status::napi_ok {
+        return Err(Error::invalid(format!("{what} must be a number")));
+    }
+    u32_of(n, what)
+}
+
+/// Key ids from a `Uint32Array` or an array of numbers.
+fn key_ids(v: &Js, what: &str) -> JsResult<Vec<u32>> {
+    if let Some(s) = v.u32_slice() {
+        return Ok(s.to_vec());
+    }
+    let n = v.array_len(what)?;
+    let mut out = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        out.push(u32_value(&v.element(i)?, &format!("{what}[{i}]"))?);
+    }
+    Ok(out)
+}
+
+/// Routing keys from an array of strings: 16-hex ones parsed, others dropped (J10, J11).
+fn routing_keys(v: &Js, what: &str) -> JsResult<Vec<u64>> {
+    let n = v.array_len(what)?;
+    let mut out = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        if let Some(k) = v.element(i)?.with_str(&format!("{what}[{i}]"), parse_routing_key)? {
+            out.push(k);
+        }
+    }
+    Ok(out)
+}
+
+fn opt_routing_key(v: Option<Js>, what: &str) -> JsResult<Option<u64>> {
+    match v.filter(|v| !v.is_nullish()) {
+        None => Ok(None),
+        Some(v) => v.with_str(what, parse_routing_key),
+    }
+}
+
+fn opt_offset(v: Option<Js>, what: &str) -> JsResult<Option<i64>> {
+    match v.filter(|v| !v.is_nullish()) {
+        None => Ok(None),
+        Some(v) => v.bigint(what).map(Some),
+    }
+}
+
+fn arg(env: &Env, v: &Option<Unknown>) -> Option<Js> {
+    v.as_ref().map(|u| Js::new(env, u.raw()))
+}
+
+fn raw_ok(status: sys::napi_status) -> JsResult<()> {
+    if status == sys::Status::napi_ok {
+        Ok(())
+    } else {
+        Err(Error::Internal(format!("napi call failed with status {status}")))
+    }
+}
+
+fn hit_js(env: &Env, hit: Option<TouchHit>) -> JsResult<sys::napi_value> {
+    let out = Out::new(env);
+    let conv = |e: napi::Error| Error::Internal(e.reason.clone());
+    let Some(h) = hit else { return out.null().map_err(conv) };
+    let o = out.object().map_err(conv)?;
+    out.set(o, "generation", out.u32(h.generation).map_err(conv)?).map_err(conv)?;
+    out.set(o, "keyId", out.u32(h.key_id).map_err(conv)?).map_err(conv)?;
+    out.set(o, "bucketMaxSourceOffsetSeq", out.bigint(h.bucket_max_source_offset_seq).map_err(conv)?).map_err(conv)?;
+    out.set(o, "flushAtMs", out.num(h.flush_at_ms as f64).map_err(conv)?).map_err(conv)?;
+    out.set(o, "bucketStartMs", out.num(h.bucket_start_ms as f64).map_err(conv)?).map_err(conv)?;
+    Ok(o)
+}
+
+/// A promise already resolved with `null`.
+fn resolved_null(env: &Env) -> napi::Result<sys::napi_value> {
+    let mut deferred = ptr::null_mut();
+    let mut promise = ptr::null_mut();
+    let mut null = ptr::null_mut();
+    unsafe {
+        sys::napi_create_promise(env.raw(), &mut deferred, &mut promise);
+        sys::napi_get_null(env.raw(), &mut null);
+        sys::napi_resolve_deferred(env.raw(), deferred, null);
+    }
+    Ok(promise)
+}
+
+// ---- AbortSignal
+
+/// Lives as long as the listener function (freed by its finalizer). JS thread only.
+struct AbortCtx {
+    journal: WeakJournal,
+    waiter: Cell<Option<WaiterId>>,
+}
+
+/// References to the signal and our listener, released (and the listener removed) on the JS
+/// thread when the wait settles.
+struct AbortRefs {
+    signal: sys::napi_ref,
+    listener: sys::napi_ref,
+}
+// SAFETY: the references are only used on the JS thread, in the settlement's outcome.
+unsafe impl Send for AbortRefs {}
+
+unsafe extern "C" fn on_abort(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    let mut data: *mut c_void = ptr::null_mut();
+    let mut argc = 0usize;
+    unsafe { sys::napi_get_cb_info(env, info, &mut argc, ptr::null_mut(), ptr::null_mut(), &mut data) };
+    if !data.is_null() {
+        let ctx = unsafe { &*(data as *const AbortCtx) };
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if let (Some(id), Some(journal)) = (ctx.waiter.take(), ctx.journal.upgrade()) {
+                journal.cancel(id);
+            }
+        }));
+    }
+    ptr::null_mut()
+}
+
+unsafe extern "C" fn free_abort_ctx(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
+    if !data.is_null() {
+        drop(unsafe { Box::from_raw(data as *mut AbortCtx) });
+    }
+}
+
+fn call_method(
+    env: sys::napi_env,
+    obj: sys::napi_value,
+    name: &std::ffi::CStr,
+    args: &[sys::napi_value],
+) -> JsResult<()> {
+    let mut f = ptr::null_mut();
+    raw_ok(unsafe { sys::napi_get_named_property(env, obj, name.as_ptr(), &mut f) })?;
+    let mut result = ptr::null_mut();
+    raw_ok(unsafe { sys::napi_call_function(env, obj, f, args.len(), args.as_ptr(), &mut result) })
+}
+
+/// Checks that `signal` looks like an AbortSignal; returns whether it is already aborted.
+fn signal_state(signal: &Js) -> JsResult<bool> {
+    let bad = || Error::invalid("signal must be an AbortSignal");
+    if !signal.is_object() {
+        return Err(bad());
+    }
+    let add = signal.get("addEventListener")?.ok_or_else(bad)?;
+    if add.type_of() != sys::ValueType::napi_function {
+        return Err(bad());
+    }
+    match signal.get("aborted")? {
+        Some(v) if v.type_of() == sys::ValueType::napi_boolean => v.boolean("signal.aborted"),
+        _ => Err(bad()),
+    }
+}
+
+/// Creates the listener for one wait; the context learns the waiter id once registered.
+fn abort_listener(
+    env: &Env,
+    signal: &Js,
+    journal: WeakJournal,
+) -> JsResult<(AbortRefs, *const AbortCtx, sys::napi_value)> {
+    let raw = env.raw();
+    let ctx = Box::into_raw(Box::new(AbortCtx { journal, waiter: Cell::new(None) }));
+    let mut listener = ptr::null_mut();
+    let created =
+        unsafe { sys::napi_create_function(raw, c"onAbort".as_ptr(), 7, Some(on_abort), ctx.cast(), &mut listener) };
+    if created != sys::Status::napi_ok {
+        drop(unsafe { Box::from_raw(ctx) });
+        return Err(Error::Internal("cannot create the abort listener".into()));
+    }
+    raw_ok(unsafe {
+        sys::napi_add_finalizer(raw, listener, ctx.cast(), Some(free_abort_ctx), ptr::null_mut(), ptr::null_mut())
+    })?;
+    let (mut signal_ref, mut listener_ref) = (ptr::null_mut(), ptr::null_mut());
+    raw_ok(unsafe { sys::napi_create_reference(raw, signal.raw, 1, &mut signal_ref) })?;
+    raw_ok(unsafe { sys::napi_create_reference(raw, listener, 1, &mut listener_ref) })?;
+    Ok((AbortRefs { signal: signal_ref, listener: listener_ref }, ctx, listener))
+}
+
+fn add_abort_listener(env: &Env, signal: &Js, listener: sys::napi_value) -> JsResult<()> {
+    let out = Out::new(env);
+    let conv = |e: napi::Error| Error::Internal(e.reason.clone());
+    let opts = out.object().map_err(conv)?;
+    out.set(opts, "once", out.bool(true).map_err(conv)?).map_err(conv)?;
+    let abort = out.str("abort").map_err(conv)?;
+    call_method(env.raw(), signal.raw, c"addEventListener", &[abort, listener, opts])
+}
+
+/// On the JS thread, once the wait settled: removes the listener and drops the references.
+fn release_abort(env: &Env, refs: AbortRefs) {
+    let raw = env.raw();
+    let (mut signal, mut listener) = (ptr::null_mut(), ptr::null_mut());
+    unsafe {
+        sys::napi_get_reference_value(raw, refs.signal, &mut signal);
+        sys::napi_get_reference_value(raw, refs.listener, &mut listener);
+    }
+    if !signal.is_null() && !listener.is_null() {
+        if let Ok(abort) = Out::new(env).str("abort") {
+            if call_method(raw, signal, c"removeEventListener", &[abort, listener]).is_err() {
+                // A throwing removeEventListener must not turn the settlement into an error.
+                let mut exc = ptr::null_mut();
+                unsafe { sys::napi_get_and_clear_last_exception(raw, &mut exc) };
+            }
+        }
+    }
+    unsafe {
+        sys::napi_delete_reference(raw, refs.signal);
+        sys::napi_delete_reference(raw, refs.listener);
+    }
+}
+
+// ---- the class
+
+/// An in-memory touch journal (the reference's `TouchJournal`): touches flush in buckets as
+/// generations, a time-aware bloom answers "touched since?", and waits are promises.
+#[napi]
+pub struct TouchJournal {
+    journal: Journal,
+    port: Port,
+}
+
+fn wake_stats(w: &WakeStats) -> [f64; 8] {
+    [
+        w.timeouts_fired as f64,
+        w.timeout_sweeps as f64,
+        w.timeout_sweep_ms_sum,
+        w.timeout_sweep_ms_max,
+        w.notify_wakeups as f64,
+        w.notify_flushes as f64,
+        w.notify_wake_ms_sum,
+        w.notify_wake_ms_max,
+    ]
+}
+
+fn meta_js(m: JournalMeta) -> TouchJournalMeta {
+    TouchJournalMeta {
+        mode: "memory".into(),
+        cursor: m.cursor,
+        epoch: m.epoch,
+        generation: m.generation,
+        bucket_ms: m.bucket_ms as f64,
+        coalesce_ms: m.coalesce_ms as f64,
+        filter_size: m.filter_size as f64,
+        k: m.k,
+        pending_keys: m.pending_keys as f64,
+        overflow_buckets: m.overflow_buckets as f64,
+        active_waiters: m.active_waiters as f64,
+        bucket_max_source_offset_seq: m.bucket_max_source_offset_seq.to_string(),
+        last_flush_at_ms: m.last_flush_at_ms as f64,
+        flush_interval_ms_max_last10s: m.flush_interval_ms_max_last_10s as f64,
+        flush_interval_ms_p95_last10s: m.flush_interval_ms_p95_last_10s as f64,
+    }
+}
+
+impl TouchJournal {
+    fn parse_wait(&self, args: &Js) -> JsResult<(WaitRequest, Option<Js>)> {
+        let args = args.object("args")?;
+        let keys = match args.opt("keys")? {
+            Some(v) => key_ids(&v, "keys")?,
+            None => Vec::new(),
+        };
+        let exact_keys = match args.opt("exactKeys")? {
+            Some(v) => routing_keys(&v, "exactKeys")?,
+            None => Vec::new(),
+        };
+        let after_generation = match args.opt("afterGeneration")? {
+            Some(v) => Some(u32_value(&v, "afterGeneration")?),
+            None => None,
+        };
+        let timeout = args.get("timeoutMs")?.ok_or_else(|| Error::invalid("timeoutMs is required"))?;
+        let timeout_ms = WaitRequest::timeout_from_number(timeout.number("timeoutMs")?)?;
+        let req = WaitRequest { keys, exact_keys, after_generation, timeout_ms };
+        req.validate()?;
+        Ok((req, args.opt("signal")?))
+    }
+}
+
+#[napi]
+impl TouchJournal {
+    #[napi(constructor, ts_args_type = "options?: TouchJournalOptions | undefined | null")]
+    pub fn new(env: &Env, options: Option<Unknown>) -> napi::Result<Self> {
+        let opts = parse_options(arg(env, &options)).map_err(|e| throw(env, e))?;
+        let port = Port::new(env)?;
+        // Timer-driven flushes run on the JS thread, between JS tasks, as the reference's do:
+        // JS code that checks and then waits in two calls sees no flush in between (W6).
+        let jobs = port.clone();
+        let handoff = Box::new(move |journal: WeakJournal| {
+            jobs.post_job(Box::new(move |_env: &Env| {
+                if let Some(j) = journal.upgrade() {
+                    j.run_due_flush();
+                }
+            }))
+        });
+        Ok(TouchJournal { journal: Journal::with_flush_handoff(opts, handoff), port })
+    }
+
+    /// Adds a touch to the pending bucket (J6). `routingKey`, when 16 hex, also feeds the exact
+    /// history.
+    #[napi(ts_args_type = "keyId: number, sourceOffsetSeq?: bigint | null, routingKey?: string | null")]
+    pub fn touch(
+        &self,
+        env: &Env,
+        key_id: Unknown,
+        source_offset_seq: Option<Unknown>,
+        routing_key: Option<Unknown>,
+    ) -> napi::Result<()> {
+        let parsed = (|| {
+            let key = u32_value(&Js::new(env, key_id.raw()), "keyId")?;
+            let seq = opt_offset(arg(env, &source_offset_seq), "sourceOffsetSeq")?;
+            let rk = opt_routing_key(arg(env, &routing_key), "routingKey")?;
+            Ok((key, seq, rk))
+        })();
+        let (key, seq, rk) = parsed.map_err(|e| throw(env, e))?;
+        self.journal.touch(key, seq, rk);
+        Ok(())
+    }
+
+    /// Many touches in one call: `keyIds[i]` with `sourceOffsetSeqs[i]` and `routingKeys[i]`
+    /// (a `BigUint64Array` holds routing keys as the numbers their 16 hex digits spell).
+    #[napi(
+        ts_args_type = "keyIds: Uint32Array | number[], sourceOffsetSeqs?: BigInt64Array | bigint[] | null, routingKeys?: BigUint64Array | Array<string | null> | null"
+    )]
+    pub fn touch_many(
+        &self,
+        env: &Env,
+        key_ids_arg: Unknown,
+        source_offset_seqs: Option<Unknown>,
+        routing_keys_arg: Option<Unknown>,
+    ) -> napi::Result<()> {
+        let r = (|| {
+            let keys_js = Js::new(env, key_ids_arg.raw());
+            let owned_keys;
+            let keys: &[u32] = match keys_js.u32_slice() {
+                Some(s) => s,
+                None => {
+                    owned_keys = key_ids(&keys_js, "keyIds")?;
+                    &owned_keys
+                }
+            };
+            let n = keys.len();
+            let seqs_js = arg(env, &source_offset_seqs).filter(|v| !v.is_nullish());
+            let owned_seqs;
+            let seqs: Option<&[i64]> = match &seqs_js {
+                None => None,
+                Some(v) => match v.i64_slice() {
+                    Some(s) => Some(s),
+                    None => {
+                        let items = v.elements("sourceOffsetSeqs")?;
+                        owned_seqs = items
+                            .iter()
+                            .enumerate()
+                            .map(|(i, x)| x.bigint(&format!("sourceOffsetSeqs[{i}]")))
+                            .collect::<JsResult<Vec<i64>>>()?;
+                        Some(&owned_seqs)
+                    }
+                },
+            };
+            let rks_js = arg(env, &routing_keys_arg).filter(|v| !v.is_nullish());
+            let owned_rks;
+            let rks: Option<&[Option<u64>]>;
+            let rks_raw: Option<&[u64]>;
+            match &rks_js {
+                None => {
+                    rks = None;
+                    rks_raw = None;
+                }
+                Some(v) => match v.u64_slice() {
+                    Some(s) => {
+                        rks = None;
+                        rks_raw = Some(s);
+                    }
+                    None => {
+                        let items = v.elements("routingKeys")?;
+                        owned_rks = items
+                            .iter()
+                            .enumerate()
+                            .map(|(i, x)| opt_routing_key(Some(*x), &format!("routingKeys[{i}]")))
+                            .collect::<JsResult<Vec<Option<u64>>>>()?;
+                        rks = Some(&owned_rks);
+                        rks_raw = None;
+                    }
+                },
+            }
+            if seqs.is_some_and(|s| s.len() != n)
+                || rks.is_some_and(|s| s.len() != n)
+                || rks_raw.is_some_and(|s| s.len() != n)
+            {
+                return Err(Error::invalid("keyIds, sourceOffsetSeqs and routingKeys must have the same length"));
+            }
+            self.journal.touch_many((0..n).map(|i| Touch {
+                key_id: keys[i],
+                source_offset: seqs.map(|s| s[i]),
+                routing_key: match (rks, rks_raw) {
+                    (Some(r), _) => r[i],
+                    (_, Some(r)) => Some(r[i]),
+                    _ => None,
+                },
+            }));
+            Ok(())
+        })();
+        r.map_err(|e| throw(env, e))
+    }
+
+    /// J7: the flush delay for the next bucket, clamped to [1, bucketMs].
+    #[napi(ts_args_type = "ms: number")]
+    pub fn set_coalesce_ms(&self, env: &Env, ms: Unknown) -> napi::Result<()> {
+        let ms = Js::new(env, ms.raw()).number("ms").and_then(|n| {
+            if n.is_nan() {
+                Err(Error::invalid("ms must be a number"))
+            } else {
+                Ok(n)
+            }
+        });
+        self.journal.set_coalesce_ms(ms.map_err(|e| throw(env, e))?);
+        Ok(())
+    }
+
+    /// J5: false means the key was certainly not flushed after `sinceGeneration`.
+    #[napi(ts_args_type = "keyId: number, sinceGeneration: number")]
+    pub fn maybe_touched_since(&self, env: &Env, key_id: Unknown, since: Unknown) -> napi::Result<bool> {
+        let parsed = (|| {
+            Ok((
+                u32_value(&Js::new(env, key_id.raw()), "keyId")?,
+                u32_value(&Js::new(env, since.raw()), "sinceGeneration")?,
+            ))
+        })();
+        let (key, since) = parsed.map_err(|e| throw(env, e))?;
+        Ok(self.journal.maybe_touched_since(key, since))
+    }
+
+    /// J5 for any of `keyIds`.
+    #[napi(ts_args_type = "keyIds: number[] | Uint32Array, sinceGeneration: number")]
+    pub fn maybe_touched_since_any(&self, env: &Env, key_ids_arg: Unknown, since: Unknown) -> napi::Result<bool> {
+        let parsed = (|| {
+            let keys = key_ids(&Js::new(env, key_ids_arg.raw()), "keyIds")?;
+            Ok((keys, u32_value(&Js::new(env, since.raw()), "sinceGeneration")?))
+        })();
+        let (keys, since) = parsed.map_err(|e| throw(env, e))?;
+        Ok(self.journal.maybe_touched_since_any(&keys, since))
+    }
+
+    /// J10: true / false from the exact history, or null when it cannot tell.
+    #[napi(ts_args_type = "routingKeys: string[], sinceGeneration: number", ts_return_type = "boolean | null")]
+    pub fn exact_touched_since_any(&self, env: &Env, keys: Unknown, since: Unknown) -> napi::Result<Option<bool>> {
+        let parsed = (|| {
+            let keys = routing_keys(&Js::new(env, keys.raw()), "routingKeys")?;
+            Ok((keys, u32_value(&Js::new(env, since.raw()), "sinceGeneration")?))
+        })();
+        let (keys, since) = parsed.map_err(|e| throw(env, e))?;
+        Ok(self.journal.exact_touched_since_any(&keys, since))
+    }
+
+    /// J11: resolves with the hit when a flush after `afterGeneration` touches one of the keys,
+    /// or null on timeout, abort or `stop()`. Exactly once.
+    #[napi(ts_args_type = "args: WaitForAnyArgs", ts_return_type = "Promise<TouchHit | null>")]
+    pub fn wait_for_any<'env>(&self, env: &'env Env, args: Unknown) -> napi::Result<Unknown<'env>> {
+        let wrap = |v: sys::napi_value| Ok(unsafe { Unknown::from_raw_unchecked(env.raw(), v) });
+        let (req, signal) = match self.parse_wait(&Js::new(env, args.raw())) {
+            Ok(v) => v,
+            Err(e) => return wrap(Port::rejected(env, &e)?),
+        };
+        let abort = match &signal {
+            None => None,
+            Some(sig) => match signal_state(sig) {
+                Err(e) => return wrap(Port::rejected(env, &e)?),
+                Ok(true) => return wrap(resolved_null(env)?),
+                Ok(false) => match abort_listener(env, sig, self.journal.downgrade()) {
+                    Ok(a) => Some(a),
+                    Err(e) => return wrap(Port::rejected(env, &e)?),
+                },
+            },
+        };
+        let (ticket, promise) = self.port.promise(env)?;
+        let (refs, ctx, listener) = match abort {
+            Some((refs, ctx, listener)) => (Some(refs), ctx, listener),
+            None => (None, ptr::null(), ptr::null_mut()),
+        };
+        let resolve = Box::new(move |hit: Option<TouchHit>| {
+            ticket.settle(Box::new(move |env: &Env| {
+                if let Some(refs) = refs {
+                    release_abort(env, refs);
+                }
+                hit_js(env, hit)
+            }))
+        });
+        let registered = match self.journal.wait_for_any(req, resolve) {
+            Ok(id) => id,
+            // Validated above; unreachable in practice.
+            Err(e) => return Err(throw(env, e)),
+        };
+        if let (Some(id), Some(sig)) = (registered, &signal) {
+            // SAFETY: `ctx` lives until the listener function is collected, which our reference
+            // to it prevents until the settlement's outcome has run.
+            unsafe { &*ctx }.waiter.set(Some(id));
+            if let Err(e) = add_abort_listener(env, sig, listener) {
+                self.journal.cancel(id);
+                return Err(throw(env, e));
+            }
+        }
+        wrap(promise)
+    }
+
+    /// Flushes the pending bucket now (tests and benchmarks). Returns whether a generation was
+    /// produced.
+    #[napi]
+    pub fn flush(&self) -> bool {
+        self.journal.flush()
+    }
+
+    #[napi]
+    pub fn get_cursor(&self) -> String {
+        self.journal.cursor()
+    }
+
+    #[napi]
+    pub fn get_epoch(&self) -> String {
+        self.journal.epoch().to_string()
+    }
+
+    #[napi]
+    pub fn get_generation(&self) -> u32 {
+        self.journal.generation()
+    }
+
+    /// The largest source offset flushed so far (-1n before any).
+    #[napi]
+    pub fn get_last_flushed_source_offset_seq(&self) -> i64n {
+        i64n(self.journal.read(|s| s.last_flushed_source_offset()))
+    }
+
+    #[napi]
+    pub fn get_last_flush_at_ms(&self) -> f64 {
+        self.journal.read(|s| s.last_flush_at_ms()) as f64
+    }
+
+    #[napi]
+    pub fn get_last_bucket_start_ms(&self) -> f64 {
+        self.journal.read(|s| s.last_bucket_start_ms()) as f64
+    }
+
+    #[napi]
+    pub fn get_active_waiters(&self) -> f64 {
+        self.journal.active_waiters() as f64
+    }
+
+    #[napi]
+    pub fn get_meta(&self) -> TouchJournalMeta {
+        meta_js(self.journal.meta())
+    }
+
+    #[napi]
+    pub fn get_total_stats(&self) -> TouchJournalTotalStats {
+        let t = self.journal.total_stats();
+        let w = wake_stats(&t.wake);
+        TouchJournalTotalStats {
+            timeouts_fired: w[0],
+            timeout_sweeps: w[1],
+            timeout_sweep_ms_sum: w[2],
+            timeout_sweep_ms_max: w[3],
+            notify_wakeups: w[4],
+            notify_flushes: w[5],
+            notify_wake_ms_sum: w[6],
+            notify_wake_ms_max: w[7],
+            flushes: t.flushes as f64,
+        }
+    }
+
+    #[napi]
+    pub fn snapshot_and_reset_interval_stats(&self) -> TouchJournalIntervalStats {
+        let i = self.journal.take_interval_stats();
+        let w = wake_stats(&i.wake);
+        TouchJournalIntervalStats {
+            timeouts_fired: w[0],
+            timeout_sweeps: w[1],
+            timeout_sweep_ms_sum: w[2],
+            timeout_sweep_ms_max: w[3],
+            notify_wakeups: w[4],
+            notify_flushes: w[5],
+            notify_wake_ms_sum: w[6],
+            notify_wake_ms_max: w[7],
+            heap_size: i.heap_size as f64,
+        }
+    }
+
+    /// Bytes of bloom memory held: 0 until the first flushed key, then 4 × filterSize (B14).
+    #[napi]
+    pub fn get_filter_bytes(&self) -> f64 {
+        self.journal.filter_bytes() as f64
+    }
+
+    /// Cancels the timers and resolves every pending wait with null (B29). Returns how many.
+    #[napi]
+    pub fn stop(&self) -> f64 {
+        self.journal.stop() as f64
+    }
+
+    /// The bloom slots of a key (J4), for diagnostics and differential tests.
+    #[napi(ts_args_type = "keyId: number, filterPow2?: number, k?: number")]
+    pub fn slot_positions(
+        env: &Env,
+        key_id: Unknown,
+        filter_pow2: Option<u32>,
+        k: Option<u32>,
+    ) -> napi::Result<Vec<u32>> {
+        let key = u32_value(&Js::new(env, key_id.raw()), "keyId").map_err(|e| throw(env, e))?;
+        let pow2 = filter_pow2.unwrap_or(22).clamp(10, 30);
+        let k = k.unwrap_or(4).clamp(1, 8);
+        Ok(slot_positions(key, k, (1u32 << pow2) - 1).collect())
+    }
+}
+
+/// J3: `{ epoch, generation }` for `<epochHex16>:<digits>` (trimmed; epoch lowercased), else null.
+#[napi(ts_args_type = "raw: string", ts_return_type = "ParsedTouchCursor | null")]
+pub fn parse_touch_cursor(env: &Env, raw: Unknown) -> napi::Result<Option<ParsedTouchCursor>> {
+    let s = Js::new(env, raw.raw()).string("raw").map_err(|e| throw(env, e))?;
+    Ok(parse_cursor(&s).map(|c| ParsedTouchCursor { epoch: c.epoch.to_string(), generation: c.generation }))
+}
+
+/// `<epoch>:<generation>` with the generation floored and at least 0.
+#[napi(ts_args_type = "epoch: string, generation: number")]
+pub fn format_touch_cursor(env: &Env, epoch: Unknown, generation: Unknown) -> napi::Result<String> {
+    let r = (|| {
+        let e = Js::new(env, epoch.raw()).string("epoch")?;
+        let g = Js::new(env, generation.raw()).number("generation")?;
+        crate::journal::cursor::format_cursor_js(&e, g).ok_or_else(|| Error::invalid("generation must be a number"))
+    })();
+    r.map_err(|e| throw(env, e))
+}
+
+// Silence "never constructed" for the typing-only structs.
+#[allow(dead_code)]
+fn _typing_only(_: TouchJournalOptions, _: TouchHitJs, _: WaitForAnyArgs) {}

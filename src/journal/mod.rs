@@ -1,0 +1,563 @@
+//! The touch journal: where clients wait on key sets (checklist J; reference
+//! `touch/touch_journal.ts`).
+//!
+//! Touches collect in a pending bucket and become visible only when the bucket flushes as a new
+//! *generation* (J6–J8); a time-aware bloom filter answers "touched since generation g?"
+//! without false negatives (J4, J5), an exact history answers it for literal routing keys
+//! (J10), and parked waiters are woken by the flush that concerns them (J9, J11, J12). A client
+//! holds a cursor `<epoch>:<generation>`; a new journal (or a generation wrap, B28) is a new
+//! epoch.
+//!
+//! Modules:
+//! - [`cursor`]: epochs, cursor parsing and formatting (J1, J3);
+//! - [`config`]: constructor options and their clamping (J2);
+//! - [`bloom`]: the generation bloom and its slot positions (J4, J5, B14);
+//! - [`bucket`]: the pending bucket (J6, B15);
+//! - [`exact`]: routing keys and the exact history (J10, B15);
+//! - [`waiters`]: the waiter indexes and the deadline heap (J11, J12);
+//! - [`stats`]: counters and flush intervals (J13, J14);
+//! - [`state`]: the single-threaded state machine tying them together (J8, J9, B28, B29);
+//! - [`timer`]: the one native timer thread shared by all journals;
+//! - this module: [`Journal`], the thread-safe handle with clocks and timers.
+//!
+//! ```
+//! use durable_touch::journal::{Journal, JournalOptions, WaitRequest};
+//! use std::sync::mpsc;
+//!
+//! let journal = Journal::new(JournalOptions::default());
+//! let (tx, rx) = mpsc::channel();
+//! let req = WaitRequest { keys: vec![42], timeout_ms: 5_000, ..Default::default() };
+//! journal.wait_for_any(req, Box::new(move |hit| tx.send(hit).unwrap())).unwrap();
+//! journal.touch(42, Some(7), None);
+//! journal.flush(); // the bucket timer would do this within `coalesceMs`
+//! let hit = rx.recv().unwrap().expect("woken by the flush");
+//! assert_eq!((hit.generation, hit.key_id, hit.bucket_max_source_offset_seq), (1, 42, 7));
+//! ```
+//!
+//! Waiting is race-free: [`Journal::check_or_wait`] runs the caller's check (bloom, exact
+//! history, epoch) and registers the waiter under one lock, so no flush can fall between the two
+//! (W6). Resolutions are delivered after the lock is released, exactly once per waiter.
+//!
+//! Where flushes run: [`Journal::new`] flushes on the timer thread, for owners that only check
+//! and wait through [`Journal::check_or_wait`]. A JavaScript caller that checks and then waits
+//! in two calls, as the reference's wait route does, relies on no flush happening between
+//! them; [`Journal::with_flush_handoff`] gives it that: when the bucket timer fires, the journal
+//! asks its owner to run [`Journal::run_due_flush`] on the owner's thread instead.
+
+pub mod bloom;
+pub mod bucket;
+pub mod config;
+pub mod cursor;
+pub mod exact;
+mod hash;
+pub mod state;
+pub mod stats;
+pub mod timer;
+pub mod waiters;
+
+#[cfg(test)]
+mod model_tests;
+
+use std::sync::{Arc, Weak};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+
+pub use config::{JournalConfig, JournalOptions};
+pub use cursor::{format_cursor, parse_cursor, Cursor, Epoch};
+pub use exact::{format_routing_key, parse_routing_key};
+pub use state::{JournalMeta, JournalState, WaitRequest, MAX_WAIT_KEYS, MAX_WAIT_TIMEOUT_MS};
+pub use stats::{IntervalStats, TotalStats, WakeStats};
+pub use waiters::{Resolve, Settlement, WaiterId};
+
+use crate::error::Result;
+use timer::{mono_now, TimerKey, TimerTarget};
+
+/// What a woken waiter receives (J9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TouchHit {
+    pub generation: u32,
+    /// The touched key for a keyed waiter; 0 for exact, broad and broadcast wakes.
+    pub key_id: u32,
+    /// The largest source offset of the flushed bucket, -1 if none.
+    pub bucket_max_source_offset_seq: i64,
+    /// Wall-clock ms of the flush.
+    pub flush_at_ms: i64,
+    /// Wall-clock ms of the bucket's first touch.
+    pub bucket_start_ms: i64,
+}
+
+/// One touch, for [`Journal::touch_many`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Touch {
+    pub key_id: u32,
+    pub source_offset: Option<i64>,
+    /// A parsed 16-hex routing key ([`parse_routing_key`]).
+    pub routing_key: Option<u64>,
+}
+
+/// The outcome of [`Journal::check_or_wait`].
+pub enum CheckOrWait<T> {
+    /// The check answered; the waiter was not registered and its callback is handed back.
+    Answered(T, Resolve),
+    /// Parked until a touch, its deadline, a cancel or stop.
+    Waiting(WaiterId),
+    /// Resolved with `None` at once (no keys, or a zero timeout), J11.
+    Resolved,
+}
+
+/// Wall-clock milliseconds (`Date.now()`).
+pub fn wall_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+const FLUSH_TIMER: u64 = 0;
+const DEADLINE_TIMER: u64 = 1;
+
+struct Armed {
+    key: TimerKey,
+    token: u64,
+    at: u64,
+}
+
+/// Asked, from the timer thread, to have [`Journal::run_due_flush`] called on the owner's
+/// thread.
+pub type FlushHandoff = Box<dyn Fn(WeakJournal) + Send + Sync>;
+
+struct Core {
+    state: JournalState,
+    flush_timer: Option<Armed>,
+    deadline_timer: Option<Armed>,
+    next_token: u64,
+    /// The bucket timer fired and the flush was handed to the owner, which has not run it yet.
+    flush_due: bool,
+}
+
+struct Inner {
+    core: Mutex<Core>,
+    this: Weak<Inner>,
+    handoff: Option<FlushHandoff>,
+}
+
+/// A journal, shareable between threads (clones are handles to the same journal).
+#[derive(Clone)]
+pub struct Journal {
+    inner: Arc<Inner>,
+}
+
+/// A handle that does not keep the journal alive (an abort listener holds one).
+#[derive(Clone)]
+pub struct WeakJournal {
+    inner: Weak<Inner>,
+}
+
+impl WeakJournal {
+    pub fn upgrade(&self) -> Option<Journal> {
+        self.inner.upgrade().map(|inner| Journal { inner })
+    }
+}
+
+/// Calls each callback outside any lock; a panicking callback does not stop the others.
+fn deliver(out: Vec<Settlement>) {
+    for (resolve, hit) in out {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || resolve(hit)));
+    }
+}
+
+impl Journal {
+    /// A journal whose bucket timer flushes on the timer thread.
+    pub fn new(options: JournalOptions) -> Journal {
+        Self::build(options, None)
+    }
+
+    /// A journal whose bucket timer hands the flush to its owner (see the module docs).
+    pub fn with_flush_handoff(options: JournalOptions, handoff: FlushHandoff) -> Journal {
+        Self::build(options, Some(handoff))
+    }
+
+    fn build(options: JournalOptions, handoff: Option<FlushHandoff>) -> Journal {
+        let state = JournalState::new(JournalConfig::from_options(&options), Epoch::random());
+        let core = Core { state, flush_timer: None, deadline_timer: None, next_token: 0, flush_due: false };
+        Journal { inner: Arc::new_cyclic(|this| Inner { core: Mutex::new(core), this: this.clone(), handoff }) }
+    }
+
+    /// Runs the flush the bucket timer handed off, if it is still due (a manual flush or a stop
+    /// in between cancels it). Returns whether a generation was produced.
+    pub fn run_due_flush(&self) -> bool {
+        let now = wall_ms();
+        let mut out = Vec::new();
+        let flushed = {
+            let mut core = self.inner.core.lock();
+            if !core.flush_due {
+                return false;
+            }
+            core.flush_due = false;
+            let flushed = core.state.flush(now, &mut out);
+            self.inner.sync_timers(&mut core);
+            flushed
+        };
+        deliver(out);
+        flushed
+    }
+
+    pub fn downgrade(&self) -> WeakJournal {
+        WeakJournal { inner: Arc::downgrade(&self.inner) }
+    }
+
+    /// Runs `f` on the locked core, keeps the timers in step, then delivers the settlements.
+    fn with_core<R>(&self, f: impl FnOnce(&mut JournalState, &mut Vec<Settlement>) -> R) -> R {
+        let mut out = Vec::new();
+        let r = {
+            let mut core = self.inner.core.lock();
+            let r = f(&mut core.state, &mut out);
+            self.inner.sync_timers(&mut core);
+            r
+        };
+        deliver(out);
+        r
+    }
+
+    /// J6: `touch(keyId, sourceOffset?, routingKey?)`.
+    pub fn touch(&self, key_id: u32, source_offset: Option<i64>, routing_key: Option<u64>) {
+        let now = wall_ms();
+        let mut core = self.inner.core.lock();
+        core.state.touch(key_id, source_offset, routing_key, now);
+        if core.flush_timer.is_none() {
+            self.inner.sync_timers(&mut core);
+        }
+    }
+
+    /// Many touches under one lock (how the engine feeds a processed batch).
+    pub fn touch_many(&self, touches: impl IntoIterator<Item = Touch>) {
+        let now = wall_ms();
+        let mut core = self.inner.core.lock();
+        for t in touches {
+            core.state.touch(t.key_id, t.source_offset, t.routing_key, now);
+        }
+        if core.flush_timer.is_none() {
+            self.inner.sync_timers(&mut core);
+        }
+    }
+
+    /// J7.
+    pub fn set_coalesce_ms(&self, ms: f64) {
+        self.inner.core.lock().state.set_coalesce_ms(ms);
+    }
+
+    /// Flushes the pending bucket now (tests, benchmarks, `settle: "flush"`), cancelling the
+    /// armed flush timer. Returns whether a generation was produced.
+    pub fn flush(&self) -> bool {
+        let now = wall_ms();
+        let mut out = Vec::new();
+        let flushed = {
+            let mut core = self.inner.core.lock();
+            if let Some(armed) = core.flush_timer.take() {
+                timer::cancel(armed.key);
+            }
+            core.flush_due = false;
+            let flushed = core.state.flush(now, &mut out);
+            self.inner.sync_timers(&mut core);
+            flushed
+        };
+        deliver(out);
+        flushed
+    }
+
+    /// J5.
+    pub fn maybe_touched_since(&self, key_id: u32, since: u32) -> bool {
+        self.inner.core.lock().state.maybe_touched_since(key_id, since)
+    }
+
+    /// J5 over several keys.
+    pub fn maybe_touched_since_any(&self, keys: &[u32], since: u32) -> bool {
+        self.inner.core.lock().state.maybe_touched_since_any(keys, since)
+    }
+
+    /// J10 over parsed routing keys.
+    pub fn exact_touched_since_any(&self, keys: &[u64], since: u32) -> Option<bool> {
+        self.inner.core.lock().state.exact_touched_since_any(keys, since)
+    }
+
+    /// J11: parks a waiter; `resolve` is called exactly once, with the hit or `None`.
+    /// Returns the waiter's id, or `None` when it was resolved at once.
+    pub fn wait_for_any(&self, req: WaitRequest, resolve: Resolve) -> Result<Option<WaiterId>> {
+        match self.check_or_wait(|_| None::<()>, req, resolve)? {
+            CheckOrWait::Waiting(id) => Ok(Some(id)),
+            _ => Ok(None),
+        }
+    }
+
+    /// W6: runs `check` and, unless it answers, registers the waiter — under one lock, so no
+    /// flush falls between the check and the registration. With `after_generation: None` the
+    /// waiter waits for generations after the one `check` saw.
+    ///
+    /// Fails only when `req` fails [`WaitRequest::validate`]; `resolve` is then dropped without
+    /// being called, so callers that must always call it validate first.
+    pub fn check_or_wait<T>(
+        &self,
+        check: impl FnOnce(&JournalState) -> Option<T>,
+        req: WaitRequest,
+        resolve: Resolve,
+    ) -> Result<CheckOrWait<T>> {
+        req.validate()?;
+        Ok(self.with_core(|state, out| {
+            if let Some(answer) = check(state) {
+                return CheckOrWait::Answered(answer, resolve);
+            }
+            match state.register(req, mono_now(), resolve, out) {
+                Some(id) => CheckOrWait::Waiting(id),
+                None => CheckOrWait::Resolved,
+            }
+        }))
+    }
+
+    /// An abort: resolves the waiter with `None` if it is still parked. Returns whether it was.
+    pub fn cancel(&self, id: WaiterId) -> bool {
+        self.with_core(|state, out| state.cancel(id, out))
+    }
+
+    /// Reads a consistent snapshot of the journal.
+    pub fn read<R>(&self, f: impl FnOnce(&JournalState) -> R) -> R {
+        f(&self.inner.core.lock().state)
+    }
+
+    pub fn epoch(&self) -> Epoch {
+        self.read(|s| s.epoch())
+    }
+
+    pub fn generation(&self) -> u32 {
+        self.read(|s| s.generation())
+    }
+
+    pub fn cursor(&self) -> String {
+        self.read(|s| s.cursor())
+    }
+
+    pub fn meta(&self) -> JournalMeta {
+        let now = wall_ms();
+        self.inner.core.lock().state.meta(now)
+    }
+
+    pub fn total_stats(&self) -> TotalStats {
+        self.read(|s| s.total_stats())
+    }
+
+    pub fn take_interval_stats(&self) -> IntervalStats {
+        self.inner.core.lock().state.take_interval_stats()
+    }
+
+    /// Bytes of filter memory held (0 until the first flushed key, B14).
+    pub fn filter_bytes(&self) -> usize {
+        self.read(|s| s.filter_bytes())
+    }
+
+    pub fn active_waiters(&self) -> usize {
+        self.read(|s| s.active_waiters())
+    }
+
+    /// J15 with B29 fixed: cancels the timers and resolves every parked waiter with `None`.
+    /// The journal stays usable, as the reference's does.
+    pub fn stop(&self) -> usize {
+        let mut out = Vec::new();
+        let n = {
+            let mut core = self.inner.core.lock();
+            if let Some(a) = core.flush_timer.take() {
+                timer::cancel(a.key);
+            }
+            if let Some(a) = core.deadline_timer.take() {
+                timer::cancel(a.key);
+            }
+            core.flush_due = false;
+            core.state.stop(&mut out)
+        };
+        deliver(out);
+        n
+    }
+}
+
+impl Inner {
+    fn arm(&self, core: &mut Core, at: u64, kind: u64) -> Armed {
+        core.next_token += 1;
+        let token = (core.next_token << 1) | kind;
+        let target: Weak<dyn TimerTarget> = self.this.clone();
+        Armed { key: timer::schedule(at, target, token), token, at }
+    }
+
+    /// Arms the flush timer when touches are pending (J6) and points the deadline timer at the
+    /// heap root (J12).
+    fn sync_timers(&self, core: &mut Core) {
+        if core.flush_timer.is_none() && !core.flush_due && core.state.has_pending() {
+            let at = mono_now().saturating_add(core.state.coalesce_ms().saturating_mul(1_000_000));
+            core.flush_timer = Some(self.arm(core, at, FLUSH_TIMER));
+        }
+        let next = core.state.next_deadline();
+        if core.deadline_timer.as_ref().map(|a| a.at) != next {
+            if let Some(a) = core.deadline_timer.take() {
+                timer::cancel(a.key);
+            }
+            if let Some(at) = next {
+                core.deadline_timer = Some(self.arm(core, at, DEADLINE_TIMER));
+            }
+        }
+    }
+}
+
+impl TimerTarget for Inner {
+    fn on_timer(&self, token: u64) {
+        let mut out = Vec::new();
+        let mut hand_off = false;
+        {
+            let mut core = self.core.lock();
+            if token & 1 == FLUSH_TIMER {
+                if core.flush_timer.as_ref().is_some_and(|a| a.token == token) {
+                    core.flush_timer = None;
+                    if self.handoff.is_some() {
+                        core.flush_due = true;
+                        hand_off = true;
+                    } else {
+                        core.state.flush(wall_ms(), &mut out);
+                    }
+                }
+            } else if core.deadline_timer.as_ref().is_some_and(|a| a.token == token) {
+                core.deadline_timer = None;
+                core.state.expire(mono_now(), &mut out);
+            }
+            self.sync_timers(&mut core);
+        }
+        deliver(out);
+        if let (true, Some(handoff)) = (hand_off, &self.handoff) {
+            handoff(WeakJournal { inner: self.this.clone() });
+        }
+    }
+}
+
+impl Drop for Inner {
+    /// A journal dropped with parked waiters resolves them (with `None`), so no caller is left
+    /// waiting on a journal that no longer exists.
+    fn drop(&mut self) {
+        let core = self.core.get_mut();
+        for a in [core.flush_timer.take(), core.deadline_timer.take()].into_iter().flatten() {
+            timer::cancel(a.key);
+        }
+        let mut out = Vec::new();
+        core.state.stop(&mut out);
+        deliver(out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    fn channel_resolve() -> (Resolve, mpsc::Receiver<Option<TouchHit>>) {
+        let (tx, rx) = mpsc::channel();
+        (Box::new(move |hit| tx.send(hit).unwrap()), rx)
+    }
+
+    #[test]
+    fn the_bucket_timer_flushes_after_coalesce_ms() {
+        let j = Journal::new(JournalOptions { bucket_ms: 20.0, ..Default::default() });
+        let (r, rx) = channel_resolve();
+        j.wait_for_any(WaitRequest { keys: vec![9], timeout_ms: 5_000, ..Default::default() }, r).unwrap();
+        let t0 = Instant::now();
+        j.touch(9, None, None);
+        let hit = rx.recv_timeout(Duration::from_secs(5)).unwrap().unwrap();
+        assert!(t0.elapsed() >= Duration::from_millis(19), "flushed after {:?}", t0.elapsed());
+        assert_eq!(hit.generation, 1);
+        assert_eq!(j.generation(), 1);
+    }
+
+    #[test]
+    fn deadlines_fire_on_the_native_timer_and_not_early() {
+        let j = Journal::new(JournalOptions::default());
+        let mut rxs = Vec::new();
+        let t0 = Instant::now();
+        for i in 0..50u64 {
+            let (r, rx) = channel_resolve();
+            let req = WaitRequest { keys: vec![i as u32], timeout_ms: 20 + (i % 5) * 10, ..Default::default() };
+            j.wait_for_any(req, r).unwrap();
+            rxs.push((20 + (i % 5) * 10, rx));
+        }
+        for (ms, rx) in rxs {
+            assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), None);
+            assert!(t0.elapsed() >= Duration::from_millis(ms));
+        }
+        assert_eq!(j.active_waiters(), 0);
+        assert_eq!(j.total_stats().wake.timeouts_fired, 50);
+    }
+
+    #[test]
+    fn check_or_wait_answers_or_parks() {
+        let j = Journal::new(JournalOptions::default());
+        j.touch(5, None, None);
+        j.flush();
+        let (r, _rx) = channel_resolve();
+        let req = WaitRequest { keys: vec![5], timeout_ms: 1_000, ..Default::default() };
+        match j.check_or_wait(|s| s.maybe_touched_since(5, 0).then_some("touched"), req.clone(), r).unwrap() {
+            CheckOrWait::Answered(a, resolve) => {
+                assert_eq!(a, "touched");
+                resolve(None);
+            }
+            _ => panic!("expected an answer"),
+        }
+        let (r, rx) = channel_resolve();
+        let id = match j.check_or_wait(|s| s.maybe_touched_since(5, 1).then_some(()), req, r).unwrap() {
+            CheckOrWait::Waiting(id) => id,
+            _ => panic!("expected a parked waiter"),
+        };
+        assert!(j.cancel(id));
+        assert!(!j.cancel(id));
+        assert_eq!(rx.recv().unwrap(), None);
+        assert!(rx.try_recv().is_err(), "exactly once");
+    }
+
+    #[test]
+    fn stop_and_drop_resolve_parked_waiters() {
+        let j = Journal::new(JournalOptions::default());
+        let (r1, rx1) = channel_resolve();
+        let (r2, rx2) = channel_resolve();
+        j.wait_for_any(WaitRequest { keys: vec![1], timeout_ms: 60_000, ..Default::default() }, r1).unwrap();
+        assert_eq!(j.stop(), 1);
+        assert_eq!(rx1.recv().unwrap(), None);
+        j.wait_for_any(WaitRequest { keys: vec![1], timeout_ms: 60_000, ..Default::default() }, r2).unwrap();
+        drop(j);
+        assert_eq!(rx2.recv().unwrap(), None);
+    }
+
+    #[test]
+    fn a_handed_off_flush_runs_only_on_the_owners_call() {
+        let (tx, rx) = mpsc::channel::<WeakJournal>();
+        let tx = std::sync::Mutex::new(tx);
+        let j = Journal::with_flush_handoff(
+            JournalOptions { bucket_ms: 5.0, ..Default::default() },
+            Box::new(move |w| tx.lock().unwrap().send(w).unwrap()),
+        );
+        j.touch(1, None, None);
+        let handle = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(j.generation(), 0, "the timer thread did not flush");
+        j.touch(2, None, None);
+        assert!(rx.try_recv().is_err(), "no second timer while a flush is due");
+        assert!(handle.upgrade().unwrap().run_due_flush());
+        assert_eq!(j.generation(), 1);
+        assert!(j.maybe_touched_since(2, 0));
+        assert!(!j.run_due_flush(), "ran once");
+        // A manual flush cancels a due one.
+        j.touch(3, None, None);
+        let handle = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(j.flush());
+        assert!(!handle.upgrade().unwrap().run_due_flush());
+        assert_eq!(j.generation(), 2);
+    }
+
+    #[test]
+    fn bad_requests_are_refused() {
+        let j = Journal::new(JournalOptions::default());
+        let (r, _rx) = channel_resolve();
+        let req = WaitRequest { keys: vec![0; 1025], timeout_ms: 10, ..Default::default() };
+        assert_eq!(j.wait_for_any(req, r).unwrap_err().code(), "ERR_INVALID_ARGUMENT");
+    }
+}
