@@ -15,6 +15,7 @@
 //! - [`keys`]: key derivation;
 //! - [`changes`]: State Protocol record → canonical change;
 //! - [`spec`]: touch config and state-protocol profile validation;
+//! - [`processor`]: the touch processor (batches of WAL rows → touches, on a rayon pool);
 //! - [`bindings`]: the napi classes and functions (conversion only).
 
 pub mod bindings;
@@ -22,6 +23,7 @@ pub mod changes;
 pub mod error;
 pub mod jscompat;
 pub mod keys;
+pub mod processor;
 pub mod spec;
 pub mod store;
 
