@@ -91,6 +91,15 @@ export declare class TouchJournal {
   static slotPositions(keyId: number, filterPow2?: number, k?: number): Array<number>
 }
 
+/** An active template of the stream (a `live_templates` row with its JSON columns read). */
+export interface ActiveTemplate {
+  templateId: string
+  entity: string
+  fields: Array<string>
+  encodings: Array<string>
+  activeFromSourceOffset?: bigint | number
+}
+
 /** Options of `append`. */
 export interface AppendOptions {
   /** Reject with `ERR_SEQ_MISMATCH` unless the stream's next offset is this. */
@@ -121,6 +130,54 @@ export interface ParsedTouchCursor {
 
 /** J3: `{ epoch, generation }` for `<epochHex16>:<digits>` (trimmed; epoch lowercased), else null. */
 export declare function parseTouchCursor(raw: string): ParsedTouchCursor | null
+
+/** The request of `processRows` (the reference worker's `ProcessRequest`). */
+export interface ProcessRequest {
+  stream: string
+  fromOffset: bigint
+  toOffset: bigint
+  /** The stream profile, e.g. `{ kind: "state-protocol", touch: { enabled: true, ... } }`. */
+  profile: { kind: string; touch?: Record<string, unknown> }
+  maxRows: number
+  maxBytes: number
+  emitFineTouches?: boolean
+  fineTouchBudget?: number | null
+  fineGranularity?: 'key' | 'template'
+  processingMode?: 'full' | 'hotTemplatesOnly'
+  filterHotTemplates?: boolean
+  hotTemplateIds?: string[] | null
+}
+
+/** The result of `processRows`. */
+export interface ProcessResult {
+  stream: string
+  processedThrough: bigint
+  touches: Array<TouchRow>
+  stats: ProcessStats
+}
+
+/**
+ * Runs one processor batch over `rows` (the WAL rows of the stream, ascending offsets;
+ * rows outside `fromOffset..=toOffset` are ignored) with the stream's active `templates`,
+ * off the JS thread. Resolves `{ stream, processedThrough, touches, stats }` exactly as the
+ * reference worker replies; rejects with `ERR_TOUCH_NOT_ENABLED`, `ERR_PROCESSING`
+ * (`onMissingBefore: "error"`) or `ERR_INVALID_ARGUMENT`.
+ */
+export declare function processRows(rows: Array<{ offset: bigint | number; tsMs: number; payload: Buffer | Uint8Array | string }>, request: ProcessRequest, templates?: Array<ActiveTemplate> | undefined | null): Promise<ProcessResult>
+
+/** Batch statistics. */
+export interface ProcessStats {
+  rowsRead: number
+  bytesRead: number
+  changes: number
+  touchesEmitted: number
+  tableTouchesEmitted: number
+  templateTouchesEmitted: number
+  maxSourceTsMs: number
+  fineTouchesDroppedDueToBudget: number
+  fineTouchesSuppressedDueToBudget: boolean
+  fineTouchesSkippedColdTemplate: number
+}
 
 /** Options of `read`. */
 export interface ReadOptions {
@@ -298,6 +355,17 @@ export interface TouchMemoryConfig {
   hotTemplateTtlMs: number
   hotMaxKeys: number
   hotMaxTemplates: number
+}
+
+/** A touch (the reference's `TouchRow`). */
+export interface TouchRow {
+  keyId: number
+  routingKey?: string
+  /** The source offset as a decimal string. */
+  watermark: string
+  entity: string
+  kind: 'table' | 'template'
+  templateId?: string
 }
 
 /** `touch.templates` of a normalised [`TouchConfig`]. */

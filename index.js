@@ -839,6 +839,7 @@ module.exports.Store = nativeBinding.Store
 module.exports.TouchJournal = nativeBinding.TouchJournal
 module.exports.formatTouchCursor = nativeBinding.formatTouchCursor
 module.exports.parseTouchCursor = nativeBinding.parseTouchCursor
+module.exports.processRows = nativeBinding.processRows
 module.exports.validateStateProtocolProfile = nativeBinding.validateStateProtocolProfile
 module.exports.validateTouchConfig = nativeBinding.validateTouchConfig
 module.exports.keys = nativeBinding.keys

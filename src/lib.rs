@@ -15,9 +15,10 @@
 //! - [`keys`]: key derivation;
 //! - [`changes`]: State Protocol record → canonical change;
 //! - [`spec`]: touch config and state-protocol profile validation;
+//! - [`processor`]: the touch processor (batches of WAL rows → touches, on a rayon pool);
+//! - [`journal`]: the in-memory touch journal where clients wait on key sets;
 //! - [`engine`]: the manager policy, hot interest, templates, waits by stream;
 //! - [`stats`]: the stats collector and reporter line;
-//! - [`journal`]: the in-memory touch journal where clients wait on key sets;
 //! - [`bindings`]: the napi classes and functions (conversion only).
 
 pub mod bindings;
@@ -27,6 +28,7 @@ pub mod error;
 pub mod journal;
 pub mod jscompat;
 pub mod keys;
+pub mod processor;
 pub mod spec;
 pub mod stats;
 pub mod store;

@@ -4,7 +4,8 @@
 //! - [`port`]: the completion port that settles promises from native threads;
 //! - [`store`]: the `Store` class;
 //! - [`keys`]: the `keys` namespace (key derivation);
-//! - [`spec`]: `validateTouchConfig`, `validateStateProtocolProfile`;
+//! - [`spec`]: the `validateTouchConfig` and `validateStateProtocolProfile` functions;
+//! - [`processor`]: the `processRows` function;
 //! - [`journal`]: the `TouchJournal` class and the cursor functions.
 //!
 //! No policy lives here: if a function in this module grows an `if` about touches, it belongs
@@ -18,5 +19,6 @@ pub mod journal;
 pub mod js;
 pub mod keys;
 pub mod port;
+pub mod processor;
 pub mod spec;
 pub mod store;

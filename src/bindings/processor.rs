@@ -1,0 +1,382 @@
+//! `processRows(rows, request, templates)`: the touch processor for hosts that own their
+//! SQLite. Conversion only: the request is read into [`ProcessRequest`] (the JS-value rules of
+//! P1 — `!== false`, `=== "template"`, `??` — are applied while reading), the work runs on
+//! the processor pool ([`crate::processor::pool`]) and the result is built on the JS thread.
+
+use std::cell::RefCell;
+use std::ptr;
+
+use napi::bindgen_prelude::*;
+use napi::sys;
+use napi_derive::napi;
+
+use super::js::{unknown, Js, Out};
+use super::port::Port;
+use crate::error::{Error, Result};
+use crate::jscompat::json::Value;
+use crate::jscompat::string::JsString;
+use crate::processor::{
+    pool, Granularity, Mode, ProcessRequest, ProcessResult, Row, TemplateRow, TouchKind, TouchSettings,
+};
+
+thread_local! {
+    /// One completion port per JS thread (main thread or worker) for the free functions.
+    static PORT: RefCell<Option<Port>> = const { RefCell::new(None) };
+}
+
+fn port(env: &Env) -> napi::Result<Port> {
+    PORT.with(|p| {
+        let mut p = p.borrow_mut();
+        if let Some(port) = p.as_ref() {
+            return Ok(port.clone());
+        }
+        let port = Port::new(env)?;
+        *p = Some(port.clone());
+        Ok(port)
+    })
+}
+
+/// An offset: a bigint, or a number holding a safe integer.
+fn offset(v: Js, what: &str) -> Result<i64> {
+    if v.type_of() == sys::ValueType::napi_number {
+        return v.safe_integer(what);
+    }
+    v.bigint(what)
+}
+
+fn opt_number(obj: &Js, key: &str) -> Result<f64> {
+    match obj.get(key)? {
+        None => Ok(f64::NAN),
+        Some(v) => v.number(&format!("request.{key}")),
+    }
+}
+
+/// `String(v ?? "")`.
+fn js_text(v: Option<Js>, what: &str) -> Result<JsString> {
+    match v.map(|v| v.to_value(what)).transpose()?.flatten() {
+        None | Some(Value::Null) | Some(Value::Undefined) => Ok(JsString::default()),
+        Some(v) => v.to_js_string().ok_or_else(|| Error::invalid(format!("{what} cannot be read as a string"))),
+    }
+}
+
+fn parse_request(request: Js) -> Result<ProcessRequest> {
+    let r = request.object("request")?;
+    let stream =
+        r.get("stream")?.ok_or_else(|| Error::invalid("request.stream is required"))?.string("request.stream")?;
+    let from = offset(
+        r.get("fromOffset")?.ok_or_else(|| Error::invalid("request.fromOffset is required"))?,
+        "request.fromOffset",
+    )?;
+    let to =
+        offset(r.get("toOffset")?.ok_or_else(|| Error::invalid("request.toOffset is required"))?, "request.toOffset")?;
+    if from < 0 {
+        return Err(Error::invalid("request.fromOffset must be >= 0"));
+    }
+    let profile =
+        r.get("profile")?.map(|p| p.to_value("request.profile")).transpose()?.flatten().unwrap_or(Value::Undefined);
+    let touch = TouchSettings::from_profile(&profile)?;
+    let mut req = ProcessRequest::new(stream, from, to, touch);
+    req.max_rows = opt_number(&r, "maxRows")?;
+    req.max_bytes = opt_number(&r, "maxBytes")?;
+    req.emit_fine_touches = !matches!(r.get("emitFineTouches")?, Some(v) if v.type_of() == sys::ValueType::napi_boolean && !v.boolean("request.emitFineTouches")?);
+    req.fine_touch_budget = match r.opt("fineTouchBudget")? {
+        None => None,
+        Some(v) => Some(v.to_value("request.fineTouchBudget")?.map_or(f64::NAN, |v| v.to_number())),
+    };
+    let exactly = |key: &str, want: &str| -> Result<bool> {
+        Ok(match r.get(key)? {
+            Some(v) if v.type_of() == sys::ValueType::napi_string => v.string(key)? == want,
+            _ => false,
+        })
+    };
+    if exactly("fineGranularity", "template")? {
+        req.fine_granularity = Granularity::Template;
+    }
+    if exactly("processingMode", "hotTemplatesOnly")? {
+        req.processing_mode = Mode::HotTemplatesOnly;
+    }
+    req.filter_hot_templates = matches!(r.get("filterHotTemplates")?, Some(v) if v.type_of() == sys::ValueType::napi_boolean && v.boolean("request.filterHotTemplates")?);
+    if req.filter_hot_templates {
+        if let Some(ids) = r.opt("hotTemplateIds")? {
+            for id in ids.elements("request.hotTemplateIds")? {
+                if id.type_of() == sys::ValueType::napi_string {
+                    req.hot_template_ids.push(id.string("request.hotTemplateIds[]")?);
+                }
+            }
+        }
+    }
+    Ok(req)
+}
+
+fn parse_rows(rows: Js) -> Result<Vec<Row>> {
+    let n = rows.array_len("rows")?;
+    let mut out = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let row = rows.element(i)?.object("rows[]")?;
+        let offset =
+            offset(row.get("offset")?.ok_or_else(|| Error::invalid("rows[].offset is required"))?, "rows[].offset")?;
+        let ts_ms = match row.get("tsMs")? {
+            Some(v) if v.type_of() == sys::ValueType::napi_number => v.number("rows[].tsMs")?,
+            Some(v) => v.to_value("rows[].tsMs")?.map_or(f64::NAN, |v| v.to_number()),
+            None => f64::NAN,
+        };
+        let payload =
+            row.get("payload")?.ok_or_else(|| Error::invalid("rows[].payload is required"))?.bytes("rows[].payload")?;
+        out.push(Row { offset, ts_ms, payload });
+    }
+    Ok(out)
+}
+
+fn parse_templates(templates: Option<Js>) -> Result<Vec<TemplateRow>> {
+    let Some(templates) = templates.filter(|t| !t.is_nullish()) else { return Ok(Vec::new()) };
+    let mut out = Vec::new();
+    for t in templates.elements("templates")? {
+        let t = t.object("templates[]")?;
+        let strings = |key: &str| -> Result<Vec<JsString>> {
+            let what = format!("templates[].{key}");
+            let list = t.get(key)?.ok_or_else(|| Error::invalid(format!("{what} must be an array")))?;
+            list.elements(&what)?.into_iter().map(|v| js_text(Some(v), &what)).collect()
+        };
+        let active_from = match t.opt("activeFromSourceOffset")? {
+            Some(v) => offset(v, "templates[].activeFromSourceOffset")?,
+            None => 0,
+        };
+        out.push(TemplateRow {
+            template_id: js_text(t.get("templateId")?, "templates[].templateId")?.to_utf8_lossy().into_owned(),
+            entity: js_text(t.get("entity")?, "templates[].entity")?,
+            fields: strings("fields")?,
+            encodings: strings("encodings")?.into_iter().map(|e| e.to_utf8_lossy().into_owned()).collect(),
+            active_from_source_offset: active_from,
+        });
+    }
+    Ok(out)
+}
+
+/// Runs one processor batch over `rows` (the WAL rows of the stream, ascending offsets;
+/// rows outside `fromOffset..=toOffset` are ignored) with the stream's active `templates`,
+/// off the JS thread. Resolves `{ stream, processedThrough, touches, stats }` exactly as the
+/// reference worker replies; rejects with `ERR_TOUCH_NOT_ENABLED`, `ERR_PROCESSING`
+/// (`onMissingBefore: "error"`) or `ERR_INVALID_ARGUMENT`.
+#[napi(
+    ts_args_type = "rows: Array<{ offset: bigint | number; tsMs: number; payload: Buffer | Uint8Array | string }>, request: ProcessRequest, templates?: Array<ActiveTemplate> | undefined | null",
+    ts_return_type = "Promise<ProcessResult>"
+)]
+pub fn process_rows<'env>(
+    env: &'env Env,
+    rows: Unknown,
+    request: Unknown,
+    templates: Option<Unknown>,
+) -> napi::Result<Unknown<'env>> {
+    let parsed = (|| {
+        let req = parse_request(Js::new(env, request.raw()))?;
+        let rows = parse_rows(Js::new(env, rows.raw()))?;
+        let templates = parse_templates(templates.as_ref().map(|t| Js::new(env, t.raw())))?;
+        Ok((req, rows, templates))
+    })();
+    let (req, rows, templates) = match parsed {
+        Ok(v) => v,
+        Err(e) => return Ok(unknown(env, Port::rejected(env, &e)?)),
+    };
+    let (ticket, promise) = port(env)?.promise(env)?;
+    pool::process(req, rows, templates, Box::new(move |r| ticket.settle_with(r, result_js)));
+    Ok(unknown(env, promise))
+}
+
+/// Builds the result object; touches are created in handle-scope chunks.
+pub fn result_js(env: &Env, r: ProcessResult) -> napi::Result<sys::napi_value> {
+    let out = Out::new(env);
+    let raw = env.raw();
+    let key = |s: &str| out.str(s);
+    let (k_key_id, k_routing, k_watermark, k_entity, k_kind, k_template) =
+        (key("keyId")?, key("routingKey")?, key("watermark")?, key("entity")?, key("kind")?, key("templateId")?);
+    let kinds = [out.str(TouchKind::Table.as_str())?, out.str(TouchKind::Template.as_str())?];
+    let entities = r.entities.iter().map(|e| out.js_str(e.as_bytes())).collect::<napi::Result<Vec<_>>>()?;
+    let template_ids = r.template_ids.iter().map(|t| out.str(t)).collect::<napi::Result<Vec<_>>>()?;
+    let undefined = out.undefined()?;
+
+    let mut touches = ptr::null_mut();
+    check(unsafe { sys::napi_create_array_with_length(raw, r.touches.len(), &mut touches) })?;
+    let mut hex = [0u8; 16];
+    let mut decimal = itoa_buf();
+    for (chunk_no, chunk) in r.touches.chunks(1024).enumerate() {
+        let mut scope = ptr::null_mut();
+        check(unsafe { sys::napi_open_handle_scope(raw, &mut scope) })?;
+        let built = (|| -> napi::Result<()> {
+            for (j, t) in chunk.iter().enumerate() {
+                let mut o = ptr::null_mut();
+                check(unsafe { sys::napi_create_object(raw, &mut o) })?;
+                let routing = match t.routing_key {
+                    Some(k) => {
+                        hex16_into(k, &mut hex);
+                        raw_str(raw, &hex)?
+                    }
+                    None => undefined,
+                };
+                let wm = raw_str(raw, decimal.format(t.watermark))?;
+                let template = t.template.map_or(undefined, |i| template_ids[i as usize]);
+                let props = [
+                    (k_key_id, out.u32(t.key_id)?),
+                    (k_routing, routing),
+                    (k_watermark, wm),
+                    (k_entity, entities[t.entity as usize]),
+                    (k_kind, kinds[(t.kind == TouchKind::Template) as usize]),
+                    (k_template, template),
+                ];
+                for (k, v) in props {
+                    check(unsafe { sys::napi_set_property(raw, o, k, v) })?;
+                }
+                check(unsafe { sys::napi_set_element(raw, touches, (chunk_no * 1024 + j) as u32, o) })?;
+            }
+            Ok(())
+        })();
+        unsafe { sys::napi_close_handle_scope(raw, scope) };
+        built?;
+    }
+
+    let s = &r.stats;
+    let stats = out.object()?;
+    for (name, v) in [
+        ("rowsRead", s.rows_read),
+        ("bytesRead", s.bytes_read),
+        ("changes", s.changes),
+        ("touchesEmitted", s.touches_emitted),
+        ("tableTouchesEmitted", s.table_touches_emitted),
+        ("templateTouchesEmitted", s.template_touches_emitted),
+        ("maxSourceTsMs", s.max_source_ts_ms),
+        ("fineTouchesDroppedDueToBudget", s.fine_touches_dropped_due_to_budget),
+    ] {
+        out.set(stats, name, out.num(v)?)?;
+    }
+    out.set(stats, "fineTouchesSuppressedDueToBudget", out.bool(s.fine_touches_suppressed_due_to_budget)?)?;
+    out.set(stats, "fineTouchesSkippedColdTemplate", out.num(s.fine_touches_skipped_cold_template)?)?;
+
+    let result = out.object()?;
+    out.set(result, "stream", out.str(&r.stream)?)?;
+    out.set(result, "processedThrough", out.bigint(r.processed_through)?)?;
+    out.set(result, "touches", touches)?;
+    out.set(result, "stats", stats)?;
+    Ok(result)
+}
+
+fn check(status: sys::napi_status) -> napi::Result<()> {
+    if status == sys::Status::napi_ok {
+        Ok(())
+    } else {
+        Err(napi::Error::from_reason(format!("napi call failed with status {status}")))
+    }
+}
+
+fn raw_str(env: sys::napi_env, s: &[u8]) -> napi::Result<sys::napi_value> {
+    let mut v = ptr::null_mut();
+    check(unsafe { sys::napi_create_string_latin1(env, s.as_ptr().cast(), s.len() as isize, &mut v) })?;
+    Ok(v)
+}
+
+fn hex16_into(k: u64, out: &mut [u8; 16]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = HEX[((k >> (60 - 4 * i)) & 0xF) as usize];
+    }
+}
+
+/// A small decimal formatter for watermarks (ASCII output).
+struct Decimal([u8; 20]);
+
+fn itoa_buf() -> Decimal {
+    Decimal([0; 20])
+}
+
+impl Decimal {
+    fn format(&mut self, v: i64) -> &[u8] {
+        let mut n = v.unsigned_abs();
+        let mut i = self.0.len();
+        loop {
+            i -= 1;
+            self.0[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        if v < 0 {
+            i -= 1;
+            self.0[i] = b'-';
+        }
+        &self.0[i..]
+    }
+}
+
+/// The request of `processRows` (the reference worker's `ProcessRequest`).
+#[napi(object, object_to_js = false, js_name = "ProcessRequest")]
+pub struct ProcessRequestJs {
+    pub stream: String,
+    pub from_offset: BigInt,
+    pub to_offset: BigInt,
+    /// The stream profile, e.g. `{ kind: "state-protocol", touch: { enabled: true, ... } }`.
+    #[napi(ts_type = "{ kind: string; touch?: Record<string, unknown> }")]
+    pub profile: serde_json::Value,
+    pub max_rows: f64,
+    pub max_bytes: f64,
+    pub emit_fine_touches: Option<bool>,
+    #[napi(ts_type = "number | null")]
+    pub fine_touch_budget: Option<f64>,
+    #[napi(ts_type = "'key' | 'template'")]
+    pub fine_granularity: Option<String>,
+    #[napi(ts_type = "'full' | 'hotTemplatesOnly'")]
+    pub processing_mode: Option<String>,
+    pub filter_hot_templates: Option<bool>,
+    #[napi(ts_type = "string[] | null")]
+    pub hot_template_ids: Option<Vec<String>>,
+}
+
+// Silence "unused" for the typing-only structs.
+#[allow(dead_code)]
+fn _typing_only(_: ProcessRequestJs, _: ActiveTemplate, _: TouchRow, _: ProcessStatsJs, _: ProcessResultJs) {}
+
+/// An active template of the stream (a `live_templates` row with its JSON columns read).
+#[napi(object, object_to_js = false)]
+pub struct ActiveTemplate {
+    pub template_id: String,
+    pub entity: String,
+    pub fields: Vec<String>,
+    pub encodings: Vec<String>,
+    #[napi(ts_type = "bigint | number")]
+    pub active_from_source_offset: Option<BigInt>,
+}
+
+/// A touch (the reference's `TouchRow`).
+#[napi(object, object_from_js = false)]
+pub struct TouchRow {
+    pub key_id: u32,
+    pub routing_key: Option<String>,
+    /// The source offset as a decimal string.
+    pub watermark: String,
+    pub entity: String,
+    #[napi(ts_type = "'table' | 'template'")]
+    pub kind: String,
+    pub template_id: Option<String>,
+}
+
+/// Batch statistics.
+#[napi(object, object_from_js = false, js_name = "ProcessStats")]
+pub struct ProcessStatsJs {
+    pub rows_read: f64,
+    pub bytes_read: f64,
+    pub changes: f64,
+    pub touches_emitted: f64,
+    pub table_touches_emitted: f64,
+    pub template_touches_emitted: f64,
+    pub max_source_ts_ms: f64,
+    pub fine_touches_dropped_due_to_budget: f64,
+    pub fine_touches_suppressed_due_to_budget: bool,
+    pub fine_touches_skipped_cold_template: f64,
+}
+
+/// The result of `processRows`.
+#[napi(object, object_from_js = false, js_name = "ProcessResult")]
+pub struct ProcessResultJs {
+    pub stream: String,
+    pub processed_through: i64n,
+    pub touches: Vec<TouchRow>,
+    pub stats: ProcessStatsJs,
+}

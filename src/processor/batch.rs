@@ -1,0 +1,539 @@
+//! The batch algorithm (P3–P12): rows + request + active templates → touches and stats.
+//!
+//! A faithful port of the reference worker's `handleProcess`, including its JS number
+//! semantics (budgets and windows are f64: a NaN budget never runs out, a NaN window never
+//! coalesces), its `Map` insertion orders (a re-opened coalescing entry keeps its place) and
+//! its stable output sort. Only the data structures differ: keys are u64/u32 instead of
+//! strings, and rows are read without building a JSON tree (see [`crate::changes`]).
+
+use std::borrow::Cow;
+
+use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
+
+use super::{Granularity, Plan, ProcessRequest, ProcessResult, ProcessStats, Row, TemplateRow, Touch, TouchKind};
+use crate::changes::{
+    decode_payload, fields_equal, is_projected_field_value, read_record, Field, Image, Op, Record, RowChange,
+};
+use crate::error::{Error, Result};
+use crate::jscompat::json::{number_value, Scalar};
+use crate::jscompat::string::{is_blank, JsString};
+use crate::keys::{self, encode_template_arg, ArgValue, Encoding, KeyHasher};
+use crate::spec::OnMissingBefore;
+
+/// An active template after P3's checks.
+struct ActiveTemplate {
+    index: u32,
+    bits: u64,
+    template_key_id: u32,
+    fields: Vec<JsString>,
+    encodings: Vec<Encoding>,
+    active_from: i64,
+}
+
+/// Per-entity state: its output index, table key id, templates and cold-template count.
+struct EntityInfo {
+    index: u32,
+    table_key_id: u32,
+    templates: Vec<usize>,
+    cold: f64,
+}
+
+#[derive(Clone, Copy)]
+struct Pending {
+    touch: Touch,
+    window_start: f64,
+}
+
+type Args<'a> = SmallVec<[Cow<'a, [u8]>; 3]>;
+
+/// Keys of one kind for one template, deduplicated by key id; a repeated id keeps its place
+/// and takes the new routing key (a JS `Map.set`).
+#[derive(Default)]
+struct KeySet(SmallVec<[(u32, u64); 4]>);
+
+impl KeySet {
+    fn set(&mut self, key: u64) {
+        let id = keys::key_id(key);
+        match self.0.iter_mut().find(|(k, _)| *k == id) {
+            Some(slot) => slot.1 = key,
+            None => self.0.push((id, key)),
+        }
+    }
+
+    fn set_opt(&mut self, key: Option<u64>) {
+        if let Some(k) = key {
+            self.set(k);
+        }
+    }
+}
+
+struct Batch<'p> {
+    plan: &'p Plan,
+    templates: Vec<ActiveTemplate>,
+    template_ids: Vec<String>,
+    entities: FxHashMap<Vec<u8>, EntityInfo>,
+    entity_names: Vec<JsString>,
+    pending: Vec<Pending>,
+    by_routing: FxHashMap<u64, usize>,
+    by_id: FxHashMap<u32, usize>,
+    flushed: Vec<Touch>,
+    remaining: Option<f64>,
+    exhausted: bool,
+    stats: ProcessStats,
+    hasher: KeyHasher,
+}
+
+/// Runs one batch over `rows` (ascending offsets; rows outside the request's range are
+/// ignored, as a range read would not return them) with the stream's active `templates` in
+/// the order the store returns them (B23).
+pub fn process_rows(request: &ProcessRequest, rows: &[Row], templates: &[TemplateRow]) -> Result<ProcessResult> {
+    let plan = request.plan()?;
+    let mut batch = Batch::new(&plan, if plan.emit_fine { templates } else { &[] });
+    let mut processed_through = request.from_offset - 1;
+    let mut last_offset: Option<i64> = None;
+    // Template-key touches of hotTemplatesOnly mode, per entity in first-seen order:
+    // (entity index, offset, ts) of the highest offset (P5, P10).
+    let mut template_only: Vec<(u32, i64, f64)> = Vec::new();
+    let capture_images = plan.emit_fine && !batch.templates.is_empty();
+
+    for row in rows {
+        if let Some(prev) = last_offset {
+            if row.offset <= prev {
+                return Err(Error::invalid("rows must have strictly ascending offsets"));
+            }
+        }
+        last_offset = Some(row.offset);
+        if row.offset < request.from_offset || row.offset > request.to_offset {
+            continue;
+        }
+        // P4.
+        let len = row.payload.len() as f64;
+        if !plan.limits.admits(batch.stats.rows_read, batch.stats.bytes_read, len) {
+            break;
+        }
+        batch.stats.rows_read += 1.0;
+        batch.stats.bytes_read += len;
+        processed_through = row.offset;
+        let ts = row.ts_ms;
+        if !ts.is_finite() {
+            continue;
+        }
+        if ts > batch.stats.max_source_ts_ms {
+            batch.stats.max_source_ts_ms = ts;
+        }
+        let text = decode_payload(&row.payload);
+        let Record::Change(change) = read_record(&text, capture_images) else { continue };
+        batch.stats.changes += 1.0;
+        batch.change(&change, row.offset, ts, &mut template_only)?;
+    }
+
+    // P10.
+    if plan.emit_fine && plan.hot_templates_only && !batch.exhausted && !template_only.is_empty() {
+        for (entity, offset, ts) in std::mem::take(&mut template_only) {
+            if batch.exhausted {
+                break;
+            }
+            let name = batch.entity_names[entity as usize].as_bytes().to_vec();
+            let tpls = batch.entities.get(&name).map(|e| e.templates.clone()).unwrap_or_default();
+            for t in tpls {
+                if batch.exhausted {
+                    break;
+                }
+                let tpl = &batch.templates[t];
+                if offset < tpl.active_from {
+                    continue;
+                }
+                let touch = Touch {
+                    key_id: tpl.template_key_id,
+                    routing_key: None,
+                    watermark: offset,
+                    entity,
+                    kind: TouchKind::Template,
+                    template: Some(tpl.index),
+                };
+                batch.queue(touch, ts, plan.fine_window_ms);
+            }
+        }
+    }
+    Ok(batch.finish(request.stream.clone(), processed_through))
+}
+
+impl<'p> Batch<'p> {
+    fn new(plan: &'p Plan, rows: &[TemplateRow]) -> Batch<'p> {
+        let mut b = Batch {
+            plan,
+            templates: Vec::new(),
+            template_ids: Vec::new(),
+            entities: FxHashMap::default(),
+            entity_names: Vec::new(),
+            pending: Vec::new(),
+            by_routing: FxHashMap::default(),
+            by_id: FxHashMap::default(),
+            flushed: Vec::new(),
+            remaining: plan.budget,
+            exhausted: plan.budget.is_some_and(|b| b <= 0.0),
+            stats: ProcessStats::default(),
+            hasher: KeyHasher::default(),
+        };
+        // P3.
+        for row in rows {
+            if !super::is_lower_hex16(&row.template_id) || is_blank(row.entity.as_bytes()) {
+                continue;
+            }
+            if row.fields.len() != row.encodings.len() || row.fields.is_empty() || row.fields.len() > 3 {
+                continue;
+            }
+            let Some(encodings) = row.encodings.iter().map(|e| Encoding::parse(e)).collect::<Option<Vec<_>>>() else {
+                continue;
+            };
+            let entity = row.entity.as_bytes();
+            if let Some(hot) = &plan.hot_ids {
+                if !hot.contains(&row.template_id) {
+                    b.entity(entity).cold += 1.0;
+                    continue;
+                }
+            }
+            let bits = keys::template_bits(&row.template_id).unwrap_or(0);
+            let index = b.template_ids.len() as u32;
+            b.template_ids.push(row.template_id.clone());
+            b.templates.push(ActiveTemplate {
+                index,
+                bits,
+                template_key_id: keys::key_id(keys::template_key(bits)),
+                fields: row.fields.clone(),
+                encodings,
+                active_from: row.active_from_source_offset,
+            });
+            let t = b.templates.len() - 1;
+            b.entity(entity).templates.push(t);
+        }
+        b
+    }
+
+    fn entity(&mut self, name: &[u8]) -> &mut EntityInfo {
+        if !self.entities.contains_key(name) {
+            let index = self.entity_names.len() as u32;
+            self.entity_names.push(JsString::from_wtf8(name.to_vec()));
+            let info = EntityInfo {
+                index,
+                table_key_id: keys::key_id(keys::table_key(name)),
+                templates: Vec::new(),
+                cold: 0.0,
+            };
+            self.entities.insert(name.to_vec(), info);
+        }
+        self.entities.get_mut(name).unwrap_or_else(|| unreachable!())
+    }
+
+    /// P8 + P9: queue a touch, coalescing by routing key (or key id) within `window` ms of
+    /// the entry's first row, and charging new fine entries to the budget.
+    fn queue(&mut self, touch: Touch, ts: f64, window: f64) {
+        let prev = match touch.routing_key {
+            Some(r) => self.by_routing.get(&r).copied(),
+            None => self.by_id.get(&touch.key_id).copied(),
+        };
+        if touch.kind != TouchKind::Table && prev.is_none() {
+            if let Some(_budget) = self.plan.budget {
+                if !self.exhausted {
+                    let remaining = self.remaining.unwrap_or(0.0);
+                    if remaining <= 0.0 {
+                        self.exhausted = true;
+                        self.stats.fine_touches_suppressed_due_to_budget = true;
+                        self.stats.fine_touches_dropped_due_to_budget += 1.0;
+                        return;
+                    }
+                    self.remaining = Some(remaining - 1.0);
+                } else {
+                    self.stats.fine_touches_suppressed_due_to_budget = true;
+                    self.stats.fine_touches_dropped_due_to_budget += 1.0;
+                    return;
+                }
+            }
+        }
+        match prev {
+            None => {
+                let i = self.pending.len();
+                self.pending.push(Pending { touch, window_start: ts });
+                match touch.routing_key {
+                    Some(r) => self.by_routing.insert(r, i),
+                    None => self.by_id.insert(touch.key_id, i),
+                };
+            }
+            Some(i) => {
+                let p = &mut self.pending[i];
+                if ts - p.window_start < window {
+                    p.touch.watermark = touch.watermark;
+                } else {
+                    self.flushed.push(p.touch);
+                    *p = Pending { touch, window_start: ts };
+                }
+            }
+        }
+    }
+
+    /// P5–P7 for one change.
+    fn change(
+        &mut self,
+        ch: &RowChange<'_>,
+        offset: i64,
+        ts: f64,
+        template_only: &mut Vec<(u32, i64, f64)>,
+    ) -> Result<()> {
+        let plan = self.plan;
+        let info = self.entity(&ch.entity[..]);
+        let (entity, table_key_id, cold) = (info.index, info.table_key_id, info.cold);
+        let has_templates = !info.templates.is_empty();
+        self.queue(
+            Touch {
+                key_id: table_key_id,
+                routing_key: None,
+                watermark: offset,
+                entity,
+                kind: TouchKind::Table,
+                template: None,
+            },
+            ts,
+            plan.coarse_window_ms,
+        );
+        if !plan.emit_fine || self.exhausted {
+            return Ok(());
+        }
+        if plan.hot_ids.is_some() {
+            self.stats.fine_touches_skipped_cold_template += cold;
+        }
+        if !has_templates {
+            return Ok(());
+        }
+        if plan.hot_templates_only {
+            match template_only.iter_mut().find(|(e, _, _)| *e == entity) {
+                Some(slot) => {
+                    if offset > slot.1 {
+                        *slot = (entity, offset, ts);
+                    }
+                }
+                None => template_only.push((entity, offset, ts)),
+            }
+            return Ok(());
+        }
+        let tpls = std::mem::take(&mut self.entity(&ch.entity[..]).templates);
+        let result = self.templates_for_change(ch, &tpls, entity, offset, ts);
+        self.entity(&ch.entity[..]).templates = tpls;
+        result
+    }
+
+    fn templates_for_change(
+        &mut self,
+        ch: &RowChange<'_>,
+        tpls: &[usize],
+        entity: u32,
+        offset: i64,
+        ts: f64,
+    ) -> Result<()> {
+        let window = self.plan.fine_window_ms;
+        for &t in tpls {
+            if self.exhausted {
+                break;
+            }
+            let tpl = &self.templates[t];
+            if offset < tpl.active_from {
+                continue;
+            }
+            let (tpl_index, template_key_id) = (tpl.index, tpl.template_key_id);
+            let template_touch = |key_id: u32, routing_key: Option<u64>| Touch {
+                key_id,
+                routing_key,
+                watermark: offset,
+                entity,
+                kind: TouchKind::Template,
+                template: Some(tpl_index),
+            };
+            if self.plan.granularity == Granularity::Template {
+                self.queue(template_touch(template_key_id, None), ts, window);
+                if self.exhausted {
+                    break;
+                }
+                continue;
+            }
+            let mut watch = KeySet::default();
+            let mut membership = KeySet::default();
+            let mut projected = KeySet::default();
+            self.keys_for_template(ch, t, &mut watch, &mut membership, &mut projected)?;
+            for set in [&watch, &membership, &projected] {
+                for &(id, key) in set.0.iter() {
+                    self.queue(template_touch(id, Some(key)), ts, window);
+                    if self.exhausted {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// P6: the watch, membership and projected-field keys one template derives from a change.
+    fn keys_for_template(
+        &mut self,
+        ch: &RowChange<'_>,
+        t: usize,
+        watch: &mut KeySet,
+        membership: &mut KeySet,
+        projected: &mut KeySet,
+    ) -> Result<()> {
+        let tpl = &self.templates[t];
+        let h = &mut self.hasher;
+        let after_args = compute_args(&ch.after, tpl);
+        let before_args = compute_args(&ch.before, tpl);
+        let watch_after = after_args.as_ref().map(|a| h.watch(tpl.bits, a));
+        let watch_before = before_args.as_ref().map(|a| h.watch(tpl.bits, a));
+        let member_after = after_args.as_ref().map(|a| h.membership(tpl.bits, a));
+        let member_before = before_args.as_ref().map(|a| h.membership(tpl.bits, a));
+        match ch.op {
+            Op::Insert => {
+                watch.set_opt(watch_after);
+                membership.set_opt(member_after);
+            }
+            Op::Delete => {
+                watch.set_opt(watch_before);
+                membership.set_opt(member_before);
+            }
+            Op::Update => {
+                if let Some(wb) = watch_before {
+                    watch.set(wb);
+                    watch.set_opt(watch_after);
+                    match (member_before, member_after) {
+                        (Some(mb), Some(ma)) => {
+                            if mb != ma {
+                                membership.set(mb);
+                                membership.set(ma);
+                            } else if watch_after == Some(wb) {
+                                // Same tuple: one projected key per changed field (P7).
+                                if let Some(args) = &after_args {
+                                    for name in changed_projected_field_names(&ch.before, &ch.after, &tpl.fields) {
+                                        projected.set(h.projected(tpl.bits, &name, args));
+                                    }
+                                }
+                            }
+                        }
+                        (mb, ma) => {
+                            membership.set_opt(mb);
+                            membership.set_opt(ma);
+                        }
+                    }
+                } else {
+                    match self.plan.on_missing_before {
+                        OnMissingBefore::Error => {
+                            let entity = JsString::from_wtf8(ch.entity.to_vec());
+                            let id = &self.template_ids[tpl.index as usize];
+                            return Err(Error::Processing(if matches!(ch.before, Image::Absent) {
+                                format!("missing old_value for update (entity={entity}, templateId={id})")
+                            } else {
+                                format!(
+                                    "old_value missing required fields for update (entity={entity}, templateId={id})"
+                                )
+                            }));
+                        }
+                        OnMissingBefore::SkipBefore => {
+                            watch.set_opt(watch_after);
+                            membership.set_opt(member_after);
+                            if let Some(args) = &after_args {
+                                for (name, value) in ch.after.own_entries() {
+                                    if tpl.fields.iter().any(|f| f.as_bytes() == &*name) {
+                                        continue;
+                                    }
+                                    if is_projected_field_value(Field::Value(value)) {
+                                        projected.set(h.projected(tpl.bits, &name, args));
+                                    }
+                                }
+                            }
+                        }
+                        OnMissingBefore::Coarse => {}
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(mut self, stream: String, processed_through: i64) -> ProcessResult {
+        let mut touches = std::mem::take(&mut self.flushed);
+        touches.extend(self.pending.iter().map(|p| p.touch));
+        // P11: stable sort by keyId, routing key ("" first), watermark.
+        touches.sort_by_key(|t| (t.key_id, t.routing_key.map_or(0u128, |r| r as u128 + 1), t.watermark));
+        let mut stats = self.stats;
+        stats.touches_emitted = touches.len() as f64;
+        stats.table_touches_emitted = touches.iter().filter(|t| t.kind == TouchKind::Table).count() as f64;
+        stats.template_touches_emitted = stats.touches_emitted - stats.table_touches_emitted;
+        ProcessResult {
+            stream,
+            processed_through,
+            touches,
+            entities: self.entity_names,
+            template_ids: self.template_ids,
+            stats,
+        }
+    }
+}
+
+/// The template's args from a plain-object image (P6): each field encoded with K13; any
+/// null makes the whole image have no args.
+fn compute_args<'a>(image: &Image<'a>, tpl: &ActiveTemplate) -> Option<Args<'a>> {
+    if !image.is_object() {
+        return None;
+    }
+    let mut args = Args::new();
+    for (name, enc) in tpl.fields.iter().zip(&tpl.encodings) {
+        let field = image.get(name.as_bytes())?;
+        args.push(encode_field(field, *enc)?);
+    }
+    Some(args)
+}
+
+fn encode_field<'a>(field: Field<'a>, enc: Encoding) -> Option<Cow<'a, [u8]>> {
+    let value = match field {
+        Field::Undefined => return None,
+        Field::Value(v) => v,
+    };
+    match value {
+        Scalar::String(s) if !s.escaped => encode_template_arg(ArgValue::String(s.raw), enc),
+        Scalar::String(s) => {
+            let decoded = s.decode();
+            encode_template_arg(ArgValue::String(&decoded), enc).map(|c| Cow::Owned(c.into_owned()))
+        }
+        Scalar::Null => None,
+        Scalar::Bool(b) => encode_template_arg(ArgValue::Bool(b), enc).map(|c| Cow::Owned(c.into_owned())),
+        Scalar::Number(n) => {
+            encode_template_arg(ArgValue::Number(number_value(n)), enc).map(|c| Cow::Owned(c.into_owned()))
+        }
+        Scalar::Object | Scalar::Array => None,
+    }
+}
+
+/// `changedProjectedFieldNames` (P7): own keys of before, then of after, without
+/// duplicates and without the template's fields, whose values are both eligible and differ.
+fn changed_projected_field_names<'a>(
+    before: &Image<'a>,
+    after: &Image<'a>,
+    excluded: &[JsString],
+) -> Vec<Cow<'a, [u8]>> {
+    let mut names: Vec<Cow<'a, [u8]>> = Vec::new();
+    for (name, _) in before.own_entries().into_iter().chain(after.own_entries()) {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+        .into_iter()
+        .filter(|name| {
+            if excluded.iter().any(|f| f.as_bytes() == &**name) {
+                return false;
+            }
+            let b = before.get(name).unwrap_or(Field::Undefined);
+            let a = after.get(name).unwrap_or(Field::Undefined);
+            is_projected_field_value(b) && is_projected_field_value(a) && !fields_equal(b, a)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,310 @@
+//! The touch processor (P1–P17): WAL rows of State Protocol records → touches, exactly as the
+//! reference worker (`processor_worker.ts` `handleProcess`) computes them.
+//!
+//! - this module: the request, the template rows and the result, and how the request is
+//!   normalised (P1, P2);
+//! - [`batch`]: the batch algorithm itself (P3–P12), pure and synchronous;
+//! - [`pool`]: the rayon pool that runs batches off the JS thread, several in parallel, each
+//!   failing alone (P13, P14);
+//! - [`source`]: reading a batch's rows and active templates from the native [`Store`]
+//!   (P3's query, S10's range read).
+//!
+//! [`Store`]: crate::store::Store
+
+pub mod batch;
+pub mod pool;
+pub mod source;
+
+use crate::error::{Error, Result};
+use crate::jscompat::json::{self, Value};
+use crate::jscompat::number::js_max;
+use crate::jscompat::string::JsString;
+use crate::spec::{OnMissingBefore, TouchConfig};
+
+pub use batch::process_rows;
+
+/// One WAL row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub offset: i64,
+    /// The row's `ts_ms` (append time); a non-finite value makes the row count but yield
+    /// nothing (P4).
+    pub ts_ms: f64,
+    pub payload: Vec<u8>,
+}
+
+/// A live template as stored in `live_templates` (fields and encodings already read from
+/// their JSON columns). Rows that break P3's rules are skipped, not rejected.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TemplateRow {
+    pub template_id: String,
+    pub entity: JsString,
+    pub fields: Vec<JsString>,
+    pub encodings: Vec<String>,
+    pub active_from_source_offset: i64,
+}
+
+impl TemplateRow {
+    /// A row of `live_templates` as the reference reads it: the JSON columns must parse to
+    /// arrays, whose elements are taken through `String(x)` (P3). `None` means "skip".
+    pub fn from_stored(
+        template_id: String,
+        entity: JsString,
+        fields_json: &str,
+        encodings_json: &str,
+        active_from_source_offset: i64,
+    ) -> Option<TemplateRow> {
+        let strings = |text: &str| -> Option<Vec<JsString>> {
+            match &json::parse(text).ok()? {
+                Value::Array(items) => items.iter().map(Value::to_js_string).collect(),
+                _ => None,
+            }
+        };
+        let fields = strings(fields_json)?;
+        let encodings = strings(encodings_json)?.into_iter().map(|e| e.to_utf8_lossy().into_owned()).collect();
+        Some(TemplateRow { template_id, entity, fields, encodings, active_from_source_offset })
+    }
+}
+
+/// The touch settings the worker reads from the stream profile (P1).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TouchSettings {
+    /// `touch.coarseIntervalMs` through `Number()`, `None` when nullish.
+    pub coarse_interval_ms: Option<f64>,
+    /// `touch.touchCoalesceWindowMs`, likewise.
+    pub touch_coalesce_window_ms: Option<f64>,
+    pub on_missing_before: OnMissingBefore,
+    /// `touch.fineTouchBudgetPerBatch`, `None` when nullish (then an absent request budget
+    /// means "no limit", as B3's requests rely on).
+    pub fine_touch_budget_per_batch: Option<f64>,
+}
+
+impl TouchSettings {
+    /// Reads a profile value as the worker does: touch must be enabled on a
+    /// `state-protocol` profile, else `touch not enabled for profile` (P2). Other fields are
+    /// used raw, without validation.
+    pub fn from_profile(profile: &Value) -> Result<TouchSettings> {
+        let not_enabled = || Error::TouchNotEnabled("touch not enabled for profile".into());
+        let p = profile.as_object().ok_or_else(not_enabled)?;
+        if p.get("kind").and_then(Value::as_str_bytes) != Some(b"state-protocol") {
+            return Err(not_enabled());
+        }
+        let touch = p.get("touch").and_then(Value::as_object).ok_or_else(not_enabled)?;
+        if !touch.get("enabled").is_some_and(Value::truthy) {
+            return Err(not_enabled());
+        }
+        let number = |key: &str| touch.get(key).filter(|v| !v.is_nullish()).map(Value::to_number);
+        Ok(TouchSettings {
+            coarse_interval_ms: number("coarseIntervalMs"),
+            touch_coalesce_window_ms: number("touchCoalesceWindowMs"),
+            on_missing_before: OnMissingBefore::from_raw(touch.get("onMissingBefore")),
+            fine_touch_budget_per_batch: number("fineTouchBudgetPerBatch"),
+        })
+    }
+
+    /// From a validated config (which always carries a per-batch budget).
+    pub fn from_config(cfg: &TouchConfig) -> Result<TouchSettings> {
+        if !cfg.enabled {
+            return Err(Error::TouchNotEnabled("touch not enabled for profile".into()));
+        }
+        Ok(TouchSettings {
+            coarse_interval_ms: Some(cfg.coarse_interval_ms),
+            touch_coalesce_window_ms: Some(cfg.touch_coalesce_window_ms),
+            on_missing_before: cfg.on_missing_before,
+            fine_touch_budget_per_batch: Some(cfg.fine_touch_budget_per_batch),
+        })
+    }
+}
+
+/// Fine touch granularity: `Template` only when exactly `"template"` was requested (P1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Granularity {
+    #[default]
+    Key,
+    Template,
+}
+
+/// Processing mode: `HotTemplatesOnly` only when exactly that was requested (P1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    #[default]
+    Full,
+    HotTemplatesOnly,
+}
+
+/// A batch request (the reference's `ProcessRequest`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessRequest {
+    pub stream: String,
+    /// First offset (inclusive). `processedThrough` starts at `from_offset - 1`.
+    pub from_offset: i64,
+    /// Last offset (inclusive); below `from_offset` the range is empty.
+    pub to_offset: i64,
+    pub touch: TouchSettings,
+    /// Row limit (compared as JS numbers: NaN means no limit).
+    pub max_rows: f64,
+    /// Payload byte limit, likewise.
+    pub max_bytes: f64,
+    /// False only when the request said exactly `false`.
+    pub emit_fine_touches: bool,
+    /// The request's `fineTouchBudget`, `None` when nullish.
+    pub fine_touch_budget: Option<f64>,
+    pub fine_granularity: Granularity,
+    pub processing_mode: Mode,
+    /// True only when the request said exactly `true`.
+    pub filter_hot_templates: bool,
+    /// The string elements of `hotTemplateIds`.
+    pub hot_template_ids: Vec<String>,
+}
+
+impl ProcessRequest {
+    /// A request with the reference defaults for everything but the range and settings.
+    pub fn new(stream: impl Into<String>, from_offset: i64, to_offset: i64, touch: TouchSettings) -> Self {
+        ProcessRequest {
+            stream: stream.into(),
+            from_offset,
+            to_offset,
+            touch,
+            max_rows: f64::NAN,
+            max_bytes: f64::NAN,
+            emit_fine_touches: true,
+            fine_touch_budget: None,
+            fine_granularity: Granularity::Key,
+            processing_mode: Mode::Full,
+            filter_hot_templates: false,
+            hot_template_ids: Vec::new(),
+        }
+    }
+
+    /// The normalised parameters of P1.
+    pub fn plan(&self) -> Result<Plan> {
+        if self.from_offset == i64::MIN {
+            return Err(Error::invalid("fromOffset is out of range"));
+        }
+        let budget = self.fine_touch_budget.or(self.touch.fine_touch_budget_per_batch).map(|b| js_max(0.0, b.floor()));
+        let hot_templates_only =
+            self.fine_granularity == Granularity::Template && self.processing_mode == Mode::HotTemplatesOnly;
+        let emit_fine = self.emit_fine_touches && budget != Some(0.0);
+        let hot_ids = self.filter_hot_templates.then(|| {
+            self.hot_template_ids
+                .iter()
+                .filter(|id| is_lower_hex16(id))
+                .cloned()
+                .collect::<rustc_hash::FxHashSet<String>>()
+        });
+        Ok(Plan {
+            budget,
+            granularity: self.fine_granularity,
+            hot_templates_only,
+            emit_fine,
+            hot_ids,
+            coarse_window_ms: js_max(1.0, self.touch.coarse_interval_ms.unwrap_or(100.0).floor()),
+            fine_window_ms: js_max(1.0, self.touch.touch_coalesce_window_ms.unwrap_or(100.0).floor()),
+            on_missing_before: self.touch.on_missing_before,
+            limits: Limits { max_rows: self.max_rows, max_bytes: self.max_bytes },
+        })
+    }
+}
+
+/// `^[0-9a-f]{16}$`.
+pub fn is_lower_hex16(s: &str) -> bool {
+    s.len() == 16 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The batch row limits (P4).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    pub max_rows: f64,
+    pub max_bytes: f64,
+}
+
+impl Limits {
+    /// Whether the next row (of `len` bytes) is taken after `rows` rows and `bytes` bytes:
+    /// the first row always is (P4).
+    pub fn admits(&self, rows: f64, bytes: f64, len: f64) -> bool {
+        rows == 0.0 || !(rows >= self.max_rows || bytes + len > self.max_bytes)
+    }
+}
+
+/// A request after P1's normalisation.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The fine budget (`None` = no limit); a JS number, so NaN is possible and never runs out.
+    pub budget: Option<f64>,
+    pub granularity: Granularity,
+    pub hot_templates_only: bool,
+    pub emit_fine: bool,
+    /// The hot template ids when hot filtering is on.
+    pub hot_ids: Option<rustc_hash::FxHashSet<String>>,
+    pub coarse_window_ms: f64,
+    pub fine_window_ms: f64,
+    pub on_missing_before: OnMissingBefore,
+    pub limits: Limits,
+}
+
+/// Touch kinds (P11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TouchKind {
+    Table,
+    Template,
+}
+
+impl TouchKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TouchKind::Table => "table",
+            TouchKind::Template => "template",
+        }
+    }
+}
+
+/// One emitted touch. `entity` and `template` index [`ProcessResult::entities`] and
+/// [`ProcessResult::template_ids`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Touch {
+    pub key_id: u32,
+    /// The 64-bit routing key (its 16-hex form is the reference's `routingKey`).
+    pub routing_key: Option<u64>,
+    /// The source offset (the reference's decimal `watermark`).
+    pub watermark: i64,
+    pub entity: u32,
+    pub kind: TouchKind,
+    pub template: Option<u32>,
+}
+
+/// Batch statistics (P12).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProcessStats {
+    pub rows_read: f64,
+    pub bytes_read: f64,
+    pub changes: f64,
+    pub touches_emitted: f64,
+    pub table_touches_emitted: f64,
+    pub template_touches_emitted: f64,
+    pub max_source_ts_ms: f64,
+    pub fine_touches_dropped_due_to_budget: f64,
+    pub fine_touches_suppressed_due_to_budget: bool,
+    pub fine_touches_skipped_cold_template: f64,
+}
+
+/// A batch result (the reference's `ProcessResult` without the message envelope).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessResult {
+    pub stream: String,
+    pub processed_through: i64,
+    /// In output order (P11).
+    pub touches: Vec<Touch>,
+    pub entities: Vec<JsString>,
+    pub template_ids: Vec<String>,
+    pub stats: ProcessStats,
+}
+
+impl ProcessResult {
+    pub fn entity(&self, t: &Touch) -> &JsString {
+        &self.entities[t.entity as usize]
+    }
+
+    pub fn template_id(&self, t: &Touch) -> Option<&str> {
+        t.template.map(|i| self.template_ids[i as usize].as_str())
+    }
+}
