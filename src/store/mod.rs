@@ -39,8 +39,8 @@ use crate::error::{catch_panic, Error, Result};
 use reader::ReaderPool;
 use writer::{AppendJob, Command, FnJob, Writer};
 
-/// Called on the writer thread after an append committed: `(stream, outcome)`.
-pub type AppendHook = Arc<dyn Fn(&str, &AppendOutcome) + Send + Sync>;
+/// Called on the writer thread after an append committed: `(stream, outcome, payload bytes)`.
+pub type AppendHook = Arc<dyn Fn(&str, &AppendOutcome, u64) + Send + Sync>;
 
 /// Longest accepted stream name, in bytes.
 pub const MAX_STREAM_NAME_BYTES: usize = 1024;
@@ -241,10 +241,11 @@ impl Store {
             reply
         } else {
             let stream = req.stream.clone();
+            let bytes = req.payload_bytes();
             Box::new(move |r: Result<AppendOutcome>| {
                 if let Ok(out) = &r {
                     for hook in &hooks {
-                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(&stream, out)));
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(&stream, out, bytes)));
                     }
                 }
                 reply(r)

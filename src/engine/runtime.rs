@@ -1,0 +1,131 @@
+//! The engine's in-memory state per stream: its validated profile, its journal (M20), its
+//! policy state and its runtime totals (M21).
+
+use crate::engine::hot::{HotLimits, HotSnapshot, HotState};
+use crate::engine::policy::{FailureBackoff, FineTokens, LagHysteresis, RestrictedBucket, WalGcPacer};
+use crate::engine::wait::TouchMode;
+use crate::journal::{Journal, JournalOptions};
+use crate::spec::{StateProtocolProfile, TouchConfig};
+
+/// Counters since the engine opened (M15, M21; the reference's `StreamRuntimeTotals`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RuntimeTotals {
+    pub scan_rows: f64,
+    pub scan_batches: f64,
+    pub scanned_but_emitted0_batches: f64,
+    pub processed_through_delta: f64,
+    pub touches_emitted: f64,
+    pub touches_table: f64,
+    pub touches_template: f64,
+    pub fine_touches_dropped_due_to_budget: f64,
+    pub fine_touches_skipped_cold_template: f64,
+    pub fine_touches_skipped_cold_key: f64,
+    pub fine_touches_skipped_template_bucket: f64,
+    pub wait_touched: f64,
+    pub wait_timeout: f64,
+    pub wait_stale: f64,
+    /// Ours: catch-all and template-key touches added so that no invalidation is lost.
+    pub compensation_touches: f64,
+    /// Ours: batches cut short to stay within the fine budget instead of dropping touches.
+    pub batches_split_for_budget: f64,
+}
+
+/// Everything the engine keeps about one stream with a state-protocol profile.
+pub struct StreamRt {
+    pub profile: StateProtocolProfile,
+    pub journal: Option<Journal>,
+    pub hot: Option<HotState>,
+    pub lag: LagHysteresis,
+    pub tokens: Option<FineTokens>,
+    pub restricted: RestrictedBucket,
+    pub backoff: FailureBackoff,
+    pub gc: WalGcPacer,
+    pub totals: RuntimeTotals,
+    pub touch_mode: Option<TouchMode>,
+    pub lag_source_offsets: i64,
+    pub zero_row_streak: u32,
+    pub last_template_gc_ms: i64,
+    /// The in-memory checkpoint; `None` until read from `stream_touch_state`.
+    pub processed_through: Option<i64>,
+    /// A batch for this stream is running.
+    pub busy: bool,
+    /// Fine touches per row seen lately, to size batches within the fine budget.
+    pub fine_per_row: f64,
+}
+
+impl StreamRt {
+    pub fn new(profile: StateProtocolProfile) -> StreamRt {
+        StreamRt {
+            profile,
+            journal: None,
+            hot: None,
+            lag: LagHysteresis::default(),
+            tokens: None,
+            restricted: RestrictedBucket::default(),
+            backoff: FailureBackoff::default(),
+            gc: WalGcPacer::default(),
+            totals: RuntimeTotals::default(),
+            touch_mode: None,
+            lag_source_offsets: 0,
+            zero_row_streak: 0,
+            last_template_gc_ms: 0,
+            processed_through: None,
+            busy: false,
+            fine_per_row: 0.0,
+        }
+    }
+
+    /// The enabled touch config, if any (C6).
+    pub fn touch(&self) -> Option<&TouchConfig> {
+        self.profile.enabled_touch()
+    }
+
+    /// M20: the stream's journal, created on first use from `touch.memory` (B14: its filter is
+    /// allocated only when first touched). Returns whether it was created now.
+    pub fn journal(&mut self, cfg: &TouchConfig) -> (&Journal, bool) {
+        let created = self.journal.is_none();
+        if created {
+            let m = &cfg.memory;
+            self.journal = Some(Journal::new(JournalOptions {
+                bucket_ms: m.bucket_ms,
+                filter_pow2: m.filter_pow2,
+                k: m.k,
+                pending_max_keys: m.pending_max_keys,
+                key_index_max_keys: m.key_index_max_keys,
+                ..JournalOptions::default()
+            }));
+        }
+        (self.journal.as_ref().expect("journal"), created)
+    }
+
+    /// M19 snapshot (after a sweep that may drop an empty state).
+    pub fn hot_snapshot(&mut self, limits: &HotLimits, now_ms: i64) -> HotSnapshot {
+        match &mut self.hot {
+            Some(h) => {
+                if h.sweep(limits, now_ms, false) {
+                    h.snapshot()
+                } else {
+                    self.hot = None;
+                    HotSnapshot::empty()
+                }
+            }
+            None => HotSnapshot::empty(),
+        }
+    }
+
+    /// M21: before any batch, `coarseOnly` if the lag flag is set, else `fine`.
+    pub fn runtime_touch_mode(&self) -> TouchMode {
+        self.touch_mode.unwrap_or(if self.lag.suppressed { TouchMode::CoarseOnly } else { TouchMode::Fine })
+    }
+}
+
+/// M19's limits from `touch.memory`.
+pub fn hot_limits(cfg: &TouchConfig) -> HotLimits {
+    let m = &cfg.memory;
+    HotLimits {
+        key_grace_ms: m.hot_key_ttl_ms.floor().max(1.0) as i64,
+        template_grace_ms: m.hot_template_ttl_ms.floor().max(1.0) as i64,
+        max_keys: m.hot_max_keys.floor().max(1.0) as usize,
+        max_templates: m.hot_max_templates.floor().max(1.0) as usize,
+    }
+}

@@ -1,0 +1,125 @@
+//! End-to-end tests of the engine in Rust: append → process → journal → wake.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use super::wait::{Loose, WaitArgs, WaitReply};
+use super::*;
+use crate::jscompat::json::parse;
+use crate::keys::{hex16, key_id, table_key, template_id, watch_key};
+use crate::store::{AppendRequest, StoreOptions};
+
+fn setup() -> (tempfile::TempDir, Store, TouchEngine) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("e.sqlite").to_str().unwrap(), StoreOptions::default()).unwrap();
+    blocking(|r| store.create_stream("s".into(), Some("application/json".into()), None, r)).unwrap();
+    let engine =
+        TouchEngine::open(store.clone(), EngineOptions { check_interval_ms: 50, ..Default::default() }).unwrap();
+    engine.set_profile("s", &parse(r#"{"kind":"state-protocol","touch":{"enabled":true}}"#).unwrap()).unwrap();
+    (dir, store, engine)
+}
+
+fn append(store: &Store, payloads: &[&str]) {
+    let req = AppendRequest {
+        stream: "s".into(),
+        payloads: payloads.iter().map(|p| p.as_bytes().to_vec()).collect(),
+        ..Default::default()
+    };
+    blocking(|r| store.append(req, r)).unwrap();
+}
+
+fn wait(engine: &TouchEngine, body: &str) -> mpsc::Receiver<Result<WaitReply>> {
+    let args = WaitArgs::parse(&to_loose(&parse(body).unwrap())).unwrap();
+    let (tx, rx) = mpsc::channel();
+    engine.wait("s", args, Box::new(move |r| tx.send(r).unwrap()));
+    rx
+}
+
+fn to_loose(v: &crate::jscompat::json::Value) -> Loose {
+    use crate::jscompat::json::Value;
+    match v {
+        Value::Null => Loose::Null,
+        Value::Undefined => Loose::Absent,
+        Value::Bool(b) => Loose::Bool(*b),
+        Value::Number(n) => Loose::Number(*n),
+        Value::String(s) => Loose::String(s.to_utf8_lossy().into_owned()),
+        Value::Array(a) => Loose::Array(a.iter().map(to_loose).collect()),
+        Value::Object(o) => {
+            Loose::Object(o.entries().map(|(k, v)| (k.to_utf8_lossy().into_owned(), to_loose(v))).collect())
+        }
+    }
+}
+
+const ROW: &str = r#"{"type":"public.posts","key":"1","value":{"id":1,"authorId":42,"status":"published"},"headers":{"operation":"insert"}}"#;
+
+#[test]
+fn a_table_key_wait_wakes_on_append() {
+    let (_d, store, engine) = setup();
+    let cursor = engine.cursor("s").unwrap();
+    let table = key_id(table_key(b"public.posts"));
+    let rx = wait(
+        &engine,
+        &format!(r#"{{"cursor":"{cursor}","keyIds":[{table}],"interestMode":"coarse","timeoutMs":5000}}"#),
+    );
+    append(&store, &[ROW]);
+    let reply = rx.recv_timeout(Duration::from_secs(5)).unwrap().unwrap();
+    assert!(reply.touched);
+    assert_eq!(reply.bucket_max_source_offset_seq, 0);
+    // A second wait from the old cursor answers at once.
+    let rx = wait(
+        &engine,
+        &format!(r#"{{"cursor":"{cursor}","keyIds":[{table}],"interestMode":"coarse","timeoutMs":5000}}"#),
+    );
+    assert!(rx.recv_timeout(Duration::from_secs(1)).unwrap().unwrap().touched);
+    blocking(|r| engine.close(r)).unwrap();
+}
+
+#[test]
+fn a_watch_key_wait_wakes_after_template_activation() {
+    let (_d, store, engine) = setup();
+    let decl = templates::TemplateDecl {
+        entity: "public.posts".into(),
+        fields: vec![
+            templates::FieldDecl { name: "authorId".into(), encoding: "int64".into() },
+            templates::FieldDecl { name: "status".into(), encoding: "string".into() },
+        ],
+    };
+    let (out, _) = engine.activate_templates("s", &[decl], None).unwrap();
+    let tpl = out.activated[0].template_id.clone();
+    let bits = template_id(b"public.posts", &["authorId", "status"]);
+    assert_eq!(hex16(bits), tpl);
+    let watch = hex16(watch_key(bits, &["42", "published"]));
+    let cursor = engine.cursor("s").unwrap();
+    let rx = wait(
+        &engine,
+        &format!(r#"{{"cursor":"{cursor}","keys":["{watch}"],"templateIdsUsed":["{tpl}"],"timeoutMs":5000}}"#),
+    );
+    let other = wait(
+        &engine,
+        &format!(r#"{{"cursor":"{cursor}","keys":["0000000000000001"],"templateIdsUsed":["{tpl}"],"timeoutMs":300}}"#),
+    );
+    append(&store, &[ROW]);
+    let reply = rx.recv_timeout(Duration::from_secs(5)).unwrap().unwrap();
+    assert!(reply.touched);
+    assert_eq!(reply.effective_wait_kind.as_str(), "fineKey");
+    assert!(!other.recv_timeout(Duration::from_secs(5)).unwrap().unwrap().touched, "an unrelated key times out");
+    blocking(|r| engine.close(r)).unwrap();
+}
+
+#[test]
+fn stale_cursor_close_and_abort() {
+    let (_d, _store, engine) = setup();
+    let rx = wait(&engine, r#"{"cursor":"0123456789abcdef:3","keyIds":[1],"timeoutMs":5000}"#);
+    let stale = rx.recv_timeout(Duration::from_secs(1)).unwrap().unwrap();
+    assert!(stale.stale);
+    let args =
+        WaitArgs::parse(&to_loose(&parse(r#"{"cursor":"now","keyIds":[1],"timeoutMs":60000}"#).unwrap())).unwrap();
+    let (tx, aborted) = mpsc::channel();
+    let ctl = engine.wait("s", args, Box::new(move |r| tx.send(r).unwrap()));
+    ctl.abort();
+    assert_eq!(aborted.recv_timeout(Duration::from_secs(1)).unwrap().unwrap_err(), Error::Aborted);
+    let pending = wait(&engine, r#"{"cursor":"now","keyIds":[1],"timeoutMs":60000}"#);
+    blocking(|r| engine.close(r)).unwrap();
+    let r = pending.recv_timeout(Duration::from_secs(1)).unwrap().unwrap();
+    assert!(!r.touched, "close settles pending waits with touched: false");
+}
