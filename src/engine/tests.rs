@@ -3,7 +3,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use super::wait::{Loose, WaitArgs, WaitReply};
+use super::wait::{WaitArgs, WaitReply};
 use super::*;
 use crate::jscompat::json::parse;
 use crate::keys::{hex16, key_id, table_key, template_id, watch_key};
@@ -29,25 +29,10 @@ fn append(store: &Store, payloads: &[&str]) {
 }
 
 fn wait(engine: &TouchEngine, body: &str) -> mpsc::Receiver<Result<WaitReply>> {
-    let args = WaitArgs::parse(&to_loose(&parse(body).unwrap())).unwrap();
+    let args = WaitArgs::parse(&parse(body).unwrap()).unwrap();
     let (tx, rx) = mpsc::channel();
     engine.wait("s", args, Box::new(move |r| tx.send(r).unwrap()));
     rx
-}
-
-fn to_loose(v: &crate::jscompat::json::Value) -> Loose {
-    use crate::jscompat::json::Value;
-    match v {
-        Value::Null => Loose::Null,
-        Value::Undefined => Loose::Absent,
-        Value::Bool(b) => Loose::Bool(*b),
-        Value::Number(n) => Loose::Number(*n),
-        Value::String(s) => Loose::String(s.to_utf8_lossy().into_owned()),
-        Value::Array(a) => Loose::Array(a.iter().map(to_loose).collect()),
-        Value::Object(o) => {
-            Loose::Object(o.entries().map(|(k, v)| (k.to_utf8_lossy().into_owned(), to_loose(v))).collect())
-        }
-    }
 }
 
 const ROW: &str = r#"{"type":"public.posts","key":"1","value":{"id":1,"authorId":42,"status":"published"},"headers":{"operation":"insert"}}"#;
@@ -112,8 +97,7 @@ fn stale_cursor_close_and_abort() {
     let rx = wait(&engine, r#"{"cursor":"0123456789abcdef:3","keyIds":[1],"timeoutMs":5000}"#);
     let stale = rx.recv_timeout(Duration::from_secs(1)).unwrap().unwrap();
     assert!(stale.stale);
-    let args =
-        WaitArgs::parse(&to_loose(&parse(r#"{"cursor":"now","keyIds":[1],"timeoutMs":60000}"#).unwrap())).unwrap();
+    let args = WaitArgs::parse(&parse(r#"{"cursor":"now","keyIds":[1],"timeoutMs":60000}"#).unwrap()).unwrap();
     let (tx, aborted) = mpsc::channel();
     let ctl = engine.wait("s", args, Box::new(move |r| tx.send(r).unwrap()));
     ctl.abort();

@@ -4,6 +4,7 @@
 use crate::engine::hot::InterestMode;
 use crate::engine::templates::{FieldDecl, TemplateDecl};
 use crate::error::{Error, Result};
+use crate::jscompat::json::Value;
 use crate::jscompat::string::trim_str;
 use crate::keys::{key_id, table_key, template_bits, template_key, touch_key_id_from_routing_key};
 
@@ -16,45 +17,16 @@ pub const MAX_TIMEOUT_MS: f64 = 120_000.0;
 /// Most templates per activation (T13).
 pub const MAX_DECLARED_TEMPLATES: usize = 256;
 
-/// A field of a JSON-like request value, as the binding hands it over.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Loose {
-    Absent,
-    Null,
-    Bool(bool),
-    Number(f64),
-    String(String),
-    Array(Vec<Loose>),
-    Object(Vec<(String, Loose)>),
-    Other,
+/// Property `key` of a request body (`undefined` when absent or not an object).
+fn get<'a>(v: &'a Value, key: &str) -> &'a Value {
+    static UNDEFINED: Value = Value::Undefined;
+    v.as_object().and_then(|o| o.get(key)).unwrap_or(&UNDEFINED)
 }
 
-impl Loose {
-    pub fn get(&self, key: &str) -> &Loose {
-        match self {
-            Loose::Object(entries) => entries.iter().find(|(k, _)| k == key).map(|(_, v)| v).unwrap_or(&Loose::Absent),
-            _ => &Loose::Absent,
-        }
-    }
-
-    fn as_str(&self) -> Option<&str> {
-        match self {
-            Loose::String(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// `Number(x)` for the values a JSON body can hold.
-    fn to_number(&self) -> f64 {
-        match self {
-            Loose::Number(n) => *n,
-            Loose::Bool(b) => f64::from(u8::from(*b)),
-            Loose::Null => 0.0,
-            Loose::String(s) => crate::jscompat::number::string_to_number(s.as_bytes()),
-            Loose::Array(a) if a.is_empty() => 0.0,
-            Loose::Array(a) if a.len() == 1 => a[0].to_number(),
-            _ => f64::NAN,
-        }
+fn as_str(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.to_utf8_lossy().into_owned()),
+        _ => None,
     }
 }
 
@@ -87,8 +59,8 @@ fn dedupe<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<T> {
 }
 
 /// T13's route-level shape checks; any failure rejects the whole list.
-pub fn parse_template_decls(raw: &Loose, path: &str) -> Result<Vec<TemplateDecl>> {
-    let Loose::Array(items) = raw else { return Err(bad(&format!("{path} must be a non-empty array"))) };
+pub fn parse_template_decls(raw: &Value, path: &str) -> Result<Vec<TemplateDecl>> {
+    let Value::Array(items) = raw else { return Err(bad(&format!("{path} must be a non-empty array"))) };
     if items.is_empty() {
         return Err(bad(&format!("{path} must be a non-empty array")));
     }
@@ -98,19 +70,21 @@ pub fn parse_template_decls(raw: &Loose, path: &str) -> Result<Vec<TemplateDecl>
     let invalid = || bad(&format!("{path} contains invalid template definitions"));
     let mut out = Vec::with_capacity(items.len());
     for t in items {
-        let entity = t.get("entity").as_str().map(trim_str).unwrap_or("");
-        let Loose::Array(fields) = t.get("fields") else { return Err(invalid()) };
+        let entity = as_str(get(t, "entity")).unwrap_or_default();
+        let entity = trim_str(&entity);
+        let Value::Array(fields) = get(t, "fields") else { return Err(invalid()) };
         if entity.is_empty() || fields.is_empty() || fields.len() > 3 {
             return Err(invalid());
         }
         let mut decl = TemplateDecl { entity: entity.to_string(), fields: Vec::new() };
         for f in fields {
-            let name = f.get("name").as_str().map(trim_str).unwrap_or("");
+            let name = as_str(get(f, "name")).unwrap_or_default();
+            let name = trim_str(&name);
             if name.is_empty() {
                 return Err(invalid());
             }
             // The encoding is checked by the registry (a bad one is denied as `invalid`).
-            let encoding = f.get("encoding").as_str().unwrap_or("").to_string();
+            let encoding = as_str(get(f, "encoding")).unwrap_or_default();
             decl.fields.push(FieldDecl { name: name.to_string(), encoding });
         }
         out.push(decl);
@@ -119,24 +93,24 @@ pub fn parse_template_decls(raw: &Loose, path: &str) -> Result<Vec<TemplateDecl>
 }
 
 /// `inactivityTtlMs`: a finite number ≥ 0, floored (T13).
-pub fn parse_inactivity_ttl(raw: &Loose, path: &str) -> Result<Option<f64>> {
+pub fn parse_inactivity_ttl(raw: &Value, path: &str) -> Result<Option<f64>> {
     match raw {
-        Loose::Absent => Ok(None),
-        Loose::Number(n) if n.is_finite() && *n >= 0.0 => Ok(Some(n.floor())),
+        Value::Undefined => Ok(None),
+        Value::Number(n) if n.is_finite() && *n >= 0.0 => Ok(Some(n.floor())),
         _ => Err(bad(&format!("{path} must be a non-negative number (ms)"))),
     }
 }
 
 impl WaitArgs {
     /// W1, in the route's order and with its messages.
-    pub fn parse(body: &Loose) -> Result<WaitArgs> {
-        let keys = match body.get("keys") {
-            Loose::Absent => Vec::new(),
-            Loose::Array(items) => {
+    pub fn parse(body: &Value) -> Result<WaitArgs> {
+        let keys = match get(body, "keys") {
+            Value::Undefined => Vec::new(),
+            Value::Array(items) => {
                 let mut out = Vec::with_capacity(items.len());
                 for k in items {
-                    match k.as_str() {
-                        Some(s) if !trim_str(s).is_empty() => out.push(trim_str(s).to_string()),
+                    match as_str(k) {
+                        Some(s) if !trim_str(&s).is_empty() => out.push(trim_str(&s).to_string()),
                         _ => return Err(bad("wait.keys must be a non-empty string array when provided")),
                     }
                 }
@@ -147,8 +121,8 @@ impl WaitArgs {
         if keys.len() > MAX_WAIT_KEYS {
             return Err(bad("wait.keys too large (max 1024)"));
         }
-        let key_ids = match body.get("keyIds") {
-            Loose::Array(items) if !items.is_empty() => {
+        let key_ids = match get(body, "keyIds") {
+            Value::Array(items) if !items.is_empty() => {
                 let mut out = Vec::with_capacity(items.len());
                 for v in items {
                     let n = v.to_number();
@@ -172,26 +146,26 @@ impl WaitArgs {
         if key_ids.len() > MAX_WAIT_KEYS {
             return Err(bad("wait.keyIds too large (max 1024)"));
         }
-        let exact = match body.get("exact") {
-            Loose::Absent => false,
-            Loose::Bool(b) => *b,
+        let exact = match get(body, "exact") {
+            Value::Undefined => false,
+            Value::Bool(b) => *b,
             _ => return Err(bad("wait.exact must be a boolean when provided")),
         };
-        let cursor = match body.get("cursor").as_str().map(trim_str) {
-            Some(c) if !c.is_empty() => c.to_string(),
+        let cursor = match as_str(get(body, "cursor")) {
+            Some(c) if !trim_str(&c).is_empty() => trim_str(&c).to_string(),
             _ => return Err(bad("wait.cursor must be a non-empty string")),
         };
-        let timeout_ms = match body.get("timeoutMs") {
-            Loose::Absent => 30_000.0,
-            Loose::Number(n) if n.is_finite() => n.clamp(0.0, MAX_TIMEOUT_MS),
+        let timeout_ms = match get(body, "timeoutMs") {
+            Value::Undefined => 30_000.0,
+            Value::Number(n) if n.is_finite() => n.clamp(0.0, MAX_TIMEOUT_MS),
             _ => return Err(bad("wait.timeoutMs must be a number (ms)")),
         };
-        let template_ids_used = match body.get("templateIdsUsed") {
-            Loose::Array(items) => {
+        let template_ids_used = match get(body, "templateIdsUsed") {
+            Value::Array(items) => {
                 let mut out = Vec::with_capacity(items.len());
                 for t in items {
-                    match t.as_str() {
-                        Some(s) if !trim_str(s).is_empty() => out.push(trim_str(s).to_string()),
+                    match as_str(t) {
+                        Some(s) if !trim_str(&s).is_empty() => out.push(trim_str(&s).to_string()),
                         _ => return Err(bad("wait.templateIdsUsed must be a string array")),
                     }
                 }
@@ -199,22 +173,22 @@ impl WaitArgs {
             }
             _ => Vec::new(),
         };
-        let interest = match body.get("interestMode") {
-            Loose::Absent => InterestMode::Fine,
-            Loose::String(s) if s == "fine" => InterestMode::Fine,
-            Loose::String(s) if s == "coarse" => InterestMode::Coarse,
+        let interest = match as_str(get(body, "interestMode")).as_deref() {
+            None if matches!(get(body, "interestMode"), Value::Undefined) => InterestMode::Fine,
+            Some("fine") => InterestMode::Fine,
+            Some("coarse") => InterestMode::Coarse,
             _ => return Err(bad("wait.interestMode must be 'fine' or 'coarse'")),
         };
-        let declare_templates = match body.get("declareTemplates") {
-            Loose::Array(items) if !items.is_empty() => {
-                parse_template_decls(body.get("declareTemplates"), "wait.declareTemplates")?
+        let declare_templates = match get(body, "declareTemplates") {
+            Value::Array(items) if !items.is_empty() => {
+                parse_template_decls(get(body, "declareTemplates"), "wait.declareTemplates")?
             }
             _ => Vec::new(),
         };
         let inactivity_ttl_ms = if declare_templates.is_empty() {
             None
         } else {
-            parse_inactivity_ttl(body.get("inactivityTtlMs"), "wait.inactivityTtlMs")?
+            parse_inactivity_ttl(get(body, "inactivityTtlMs"), "wait.inactivityTtlMs")?
         };
         // B16: template ids that `BigInt("0x" + id)` would reject are refused up front (the
         // reference answers 500).
@@ -390,17 +364,24 @@ pub struct WaitReply {
 mod tests {
     use super::*;
 
-    fn obj(entries: Vec<(&str, Loose)>) -> Loose {
-        Loose::Object(entries.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+    use crate::jscompat::json::Object;
+    use crate::jscompat::string::JsString;
+
+    fn obj(entries: Vec<(&str, Value)>) -> Value {
+        let mut o = Object::new();
+        for (k, v) in entries {
+            o.insert(JsString::from(k), v);
+        }
+        Value::Object(o)
     }
-    fn s(x: &str) -> Loose {
-        Loose::String(x.into())
+    fn s(x: &str) -> Value {
+        Value::String(JsString::from(x))
     }
-    fn arr(items: Vec<Loose>) -> Loose {
-        Loose::Array(items)
+    fn arr(items: Vec<Value>) -> Value {
+        Value::Array(items)
     }
 
-    fn err(body: Loose) -> String {
+    fn err(body: Value) -> String {
         WaitArgs::parse(&body).unwrap_err().to_string()
     }
 
@@ -412,20 +393,20 @@ mod tests {
             "wait.keys must be a non-empty string array when provided"
         );
         assert_eq!(
-            err(obj(vec![("keyIds", arr(vec![Loose::Number(-1.0)]))])),
+            err(obj(vec![("keyIds", arr(vec![Value::Number(-1.0)]))])),
             "wait.keyIds must be a non-empty uint32 array when provided"
         );
         assert_eq!(
-            err(obj(vec![("keyIds", arr(vec![Loose::Number(1.5)]))])),
+            err(obj(vec![("keyIds", arr(vec![Value::Number(1.5)]))])),
             "wait.keyIds must be a non-empty uint32 array when provided"
         );
         assert_eq!(err(obj(vec![("keys", arr(vec![s("a")]))])), "wait.cursor must be a non-empty string");
-        let base = |extra: (&str, Loose)| obj(vec![("keys", arr(vec![s("a")])), ("cursor", s("now")), extra]);
+        let base = |extra: (&str, Value)| obj(vec![("keys", arr(vec![s("a")])), ("cursor", s("now")), extra]);
         assert_eq!(err(base(("timeoutMs", s("5")))), "wait.timeoutMs must be a number (ms)");
         assert_eq!(err(base(("exact", s("yes")))), "wait.exact must be a boolean when provided");
         assert_eq!(err(base(("interestMode", s("medium")))), "wait.interestMode must be 'fine' or 'coarse'");
         assert_eq!(
-            err(base(("templateIdsUsed", arr(vec![Loose::Number(1.0)])))),
+            err(base(("templateIdsUsed", arr(vec![Value::Number(1.0)])))),
             "wait.templateIdsUsed must be a string array"
         );
         assert_eq!(
@@ -444,9 +425,9 @@ mod tests {
     fn w1_normalisation() {
         let a = WaitArgs::parse(&obj(vec![
             ("keys", arr(vec![s(" a "), s("a"), s("b")])),
-            ("keyIds", arr(vec![Loose::Number(7.0), s("8")])),
+            ("keyIds", arr(vec![Value::Number(7.0), s("8")])),
             ("cursor", s(" now ")),
-            ("timeoutMs", Loose::Number(1e9)),
+            ("timeoutMs", Value::Number(1e9)),
             ("templateIdsUsed", arr(vec![s("87e41f4a8d440298"), s(" 87e41f4a8d440298 ")])),
         ]))
         .unwrap();
@@ -485,7 +466,7 @@ mod tests {
         let exact = WaitArgs::parse(&obj(vec![
             ("keys", arr(vec![s("47FDF51496B95B3E")])),
             ("cursor", s("now")),
-            ("exact", Loose::Bool(true)),
+            ("exact", Value::Bool(true)),
         ]))
         .unwrap();
         let plan = plan_keys(&exact, TouchMode::Fine, &[]).unwrap();
