@@ -38,6 +38,42 @@ export declare class Store {
   get closed(): boolean
 }
 
+/** Processing, waits, policy and stats over a [`Store`]. */
+export declare class TouchEngine {
+  /**
+   * Opens the engine over `store`: loads touch profiles, seeds touch state (M22), hooks the
+   * store's appends and starts the processing loop.
+   */
+  constructor(store: Store, options?: TouchEngineOptions | undefined | null)
+  /**
+   * Validates a touch config like the reference (as `profile.touch`), saves it as the
+   * stream's state-protocol profile and returns the normalised config. Throws
+   * `ERR_INVALID_TOUCH_CONFIG` with the reference's message.
+   */
+  setTouchConfig(stream: string, config: unknown): TouchConfig
+  /** Saves a whole state-protocol profile (`{ kind: "state-protocol", touch? }`). */
+  setProfile(stream: string, profile: unknown): { kind: 'state-protocol'; touch?: TouchConfig }
+  /** The stream's touch config, or null when it has none. */
+  getTouchConfig(stream: string): TouchConfig | null
+  /** Activates templates (T1–T7, T13). Denied declarations say why. */
+  activateTemplates(stream: string, templates: TemplateDecl[], options?: { inactivityTtlMs?: number } | undefined | null): ActivateResult
+  /** Runs one batch exactly as the reference worker would (no side effects). */
+  processBatch(request: ProcessRequestJs): Promise<ProcessResultJs>
+  /** Marks a stream dirty (appends through the engine's store do this themselves). */
+  notify(stream: string): void
+  /** Waits for a touch of any of the keys after `cursor` (W1–W6). */
+  wait(request: WaitRequest): Promise<WaitResult>
+  /** `/touch/meta` (M21); `settle: "flush"` waits for zero lag and a flushed bucket. */
+  meta(stream: string, options?: MetaOptions | undefined | null): Promise<TouchMeta>
+  /** The stats snapshot (the collector's window resets on each call). */
+  stats(): EngineStats
+  /**
+   * Stops the loop, settles every pending wait (`touched: false`) and flushes template
+   * last-seen times. The store stays open.
+   */
+  close(): Promise<void>
+}
+
 /**
  * An in-memory touch journal (the reference's `TouchJournal`): touches flush in buckets as
  * generations, a time-aware bloom answers "touched since?", and waits are promises.
@@ -91,6 +127,18 @@ export declare class TouchJournal {
   static slotPositions(keyId: number, filterPow2?: number, k?: number): Array<number>
 }
 
+export interface ActivatedTemplate {
+  templateId: string
+  state: 'active'
+  activeFromTouchOffset: string
+}
+
+export interface ActivateResult {
+  activated: Array<ActivatedTemplate>
+  denied: Array<DeniedTemplate>
+  limits: TemplateLimitsJs
+}
+
 /** An active template of the stream (a `live_templates` row with its JSON columns read). */
 export interface ActiveTemplate {
   templateId: string
@@ -119,8 +167,69 @@ export interface AppendResult {
   nextOffset: bigint
 }
 
+/** The stats collector's window (X1, X3). */
+export interface CollectorStats {
+  ingestedBytes: number
+  walBytes: number
+  sealedPayloadBytes: number
+  sealedBytes: number
+  uploadedBytes: number
+  segmentsSealed: number
+  backpressureOverMs: number
+  activeStreams: number
+}
+
+export interface DeniedTemplate {
+  templateId: string
+  /** `invalid`, `rate_limited`, or `cap_exceeded` (a template evicted by its own call). */
+  reason: 'invalid' | 'rate_limited' | 'cap_exceeded'
+}
+
+/** `getMemoryStats` (seed 001). */
+export interface EngineMemoryStats {
+  dirtyStreams: number
+  journals: number
+  journalsCreatedTotal: number
+  journalFilterBytesTotal: number
+  touchModeStreams: number
+  fineTokenBucketStreams: number
+  hotFineStreams: number
+  runtimeTotalsStreams: number
+  templateLastSeenEntries: number
+  templateDirtyLastSeenEntries: number
+  templateRateStateStreams: number
+}
+
+/**
+ * `stats()`: the collector's window since the previous call (then reset), the reporter's
+ * one-line summary, memory, the top streams by journal bytes and per-stream totals.
+ */
+export interface EngineStats {
+  collector: CollectorStats
+  reporterLine: string
+  windowMs: number
+  memory: EngineMemoryStats
+  topStreams: Array<TopStreamEntry>
+  streams: Array<StreamRuntimeStats>
+  templateLifecycle: LifecycleStats
+}
+
 /** `<epoch>:<generation>` with the generation floored and at least 0. */
 export declare function formatTouchCursor(epoch: string, generation: number): string
+
+export interface LifecycleStats {
+  activated: number
+  retired: number
+  evicted: number
+}
+
+/** Options of `meta`. */
+export interface MetaOptions {
+  /** `"flush"`: wait until the stream's backlog is processed and its bucket flushed. */
+  settle?: 'flush'
+  /** Bound for `settle`, clamped to [0, 120000] (default 30000). */
+  timeoutMs?: number
+}
 
 /** A parsed cursor. */
 export interface ParsedTouchCursor {
@@ -190,6 +299,11 @@ export interface ReadOptions {
   maxBytes?: number
 }
 
+export interface StaleError {
+  code: string
+  message: string
+}
+
 /** Options of `Store.open`. */
 export interface StoreOpenOptions {
   /** SQLite page cache per connection, in bytes. */
@@ -250,6 +364,44 @@ export interface StreamInfo {
   flags: number
 }
 
+/** Per-stream runtime totals (M21). */
+export interface StreamRuntimeStats {
+  stream: string
+  touchMode: string
+  lagSourceOffsets: number
+  scanRowsTotal: number
+  scanBatchesTotal: number
+  touchesEmittedTotal: number
+  touchesTableTotal: number
+  touchesTemplateTotal: number
+  compensationTouchesTotal: number
+  waitTouchedTotal: number
+  waitTimeoutTotal: number
+  waitStaleTotal: number
+  fineWaitersActive: number
+  coarseWaitersActive: number
+  journalFlushesTotal: number
+}
+
+/** A template declaration (the body of `/touch/templates/activate`). */
+export interface TemplateDecl {
+  entity: string
+  fields: Array<{ name: string; encoding: 'string' | 'int64' | 'bool' | 'datetime' | 'bytes' }>
+}
+
+export interface TemplateLimitsJs {
+  maxActiveTemplatesPerStream: number
+  maxActiveTemplatesPerEntity: number
+}
+
+/** `getTopStreams` entries. */
+export interface TopStreamEntry {
+  stream: string
+  journalFilterBytes: number
+  dirty: boolean
+  touchMode?: 'idle' | 'fine' | 'restricted' | 'coarseOnly' | null
+}
+
 /** A normalised touch config: `{ enabled: false }`, or every field with its default filled in. */
 export interface TouchConfig {
   enabled: boolean
@@ -270,6 +422,20 @@ export interface TouchConfig {
 export interface TouchCursor {
   epoch: string
   generation: number
+}
+
+/** Options of `new TouchEngine(store, options)`. */
+export interface TouchEngineOptions {
+  /** Streams processed concurrently (default: cores, at most 4). */
+  workers?: number
+  /** Safety-net tick in ms (default 250; 0 = none). Appends wake the loop at once anyway. */
+  checkIntervalMs?: number
+  /** Rows per batch (default 500). */
+  maxBatchRows?: number
+  /** Payload bytes per batch (default 4 MiB). */
+  maxBatchBytes?: number
+  /** Run the background processing loop (default true). */
+  autoProcess?: boolean
 }
 
 /** What `waitForAny` resolves with when a touch woke it. */
@@ -357,6 +523,69 @@ export interface TouchMemoryConfig {
   hotMaxTemplates: number
 }
 
+/** `/touch/meta` (M21): the journal's meta and the stream's runtime. */
+export interface TouchMeta {
+  mode: string
+  cursor: string
+  epoch: string
+  generation: number
+  bucketMs: number
+  coalesceMs: number
+  filterSize: number
+  k: number
+  pendingKeys: number
+  overflowBuckets: number
+  activeWaiters: number
+  bucketMaxSourceOffsetSeq: string
+  lastFlushAtMs: number
+  flushIntervalMsMaxLast10S: number
+  flushIntervalMsP95Last10S: number
+  settled: boolean
+  coarseIntervalMs: number
+  touchCoalesceWindowMs: number
+  activeTemplates: number
+  /** Offsets appended but not processed yet. */
+  lagSourceOffsets: number
+  touchMode: 'idle' | 'fine' | 'restricted' | 'coarseOnly'
+  /** The checkpoint as a stream offset (`encodeOffset(epoch, processedThrough)`), or null. */
+  walScannedThrough?: string
+  hotFineKeys: number
+  hotTemplates: number
+  hotFineKeysActive: number
+  hotFineKeysGrace: number
+  hotTemplatesActive: number
+  hotTemplatesGrace: number
+  fineWaitersActive: number
+  coarseWaitersActive: number
+  broadFineWaitersActive: number
+  hotKeyFilteringEnabled: boolean
+  hotTemplateFilteringEnabled: boolean
+  scanRowsTotal: number
+  scanBatchesTotal: number
+  scannedButEmitted0BatchesTotal: number
+  processedThroughDeltaTotal: number
+  touchesEmittedTotal: number
+  touchesTableTotal: number
+  touchesTemplateTotal: number
+  fineTouchesDroppedDueToBudgetTotal: number
+  fineTouchesSkippedColdTemplateTotal: number
+  fineTouchesSkippedColdKeyTotal: number
+  fineTouchesSkippedTemplateBucketTotal: number
+  waitTouchedTotal: number
+  waitTimeoutTotal: number
+  waitStaleTotal: number
+  journalFlushesTotal: number
+  journalNotifyWakeupsTotal: number
+  journalNotifyWakeMsTotal: number
+  journalNotifyWakeMsMax: number
+  journalTimeoutsFiredTotal: number
+  journalTimeoutSweepMsTotal: number
+  /** Ours: touches added so that coarsened or uncovered changes still wake their waiters. */
+  compensationTouchesTotal: number
+  /** Ours: batches cut short to keep fine touches within the budget. */
+  batchesSplitForBudgetTotal: number
+}
+
 /** A touch (the reference's `TouchRow`). */
 export interface TouchRow {
   keyId: number
@@ -402,6 +631,43 @@ export interface WaitForAnyArgs {
   /** 0 resolves null at once; at most 2^31 - 1. */
   timeoutMs: number
   signal?: AbortSignal | null
+}
+
+/** The request of `wait` (W1); the rules and messages are the reference route's. */
+export interface WaitRequest {
+  stream: string
+  /** `"now"` or `<epochHex16>:<generation>`. */
+  cursor: string
+  keys?: Array<string>
+  keyIds?: Array<number>
+  /** Clamped to [0, 120000]; default 30000. */
+  timeoutMs?: number
+  templateIdsUsed?: Array<string>
+  interestMode?: 'fine' | 'coarse'
+  /** Match 1..16 literal 16-hex keys exactly (W4). */
+  exact?: boolean
+  declareTemplates?: TemplateDecl[]
+  inactivityTtlMs?: number
+  /** Aborting rejects the wait with `ERR_ABORTED`. */
+  signal?: AbortSignal
+}
+
+/**
+ * The reply of `wait`, with the reference route's fields: `touched` (and the cursor to use
+ * next), or `stale: true` with the journal's current cursor, epoch and generation.
+ */
+export interface WaitResult {
+  touched: boolean
+  stale?: boolean
+  cursor: string
+  epoch?: string
+  generation?: number
+  effectiveWaitKind: 'fineKey' | 'templateKey' | 'tableKey'
+  /** Decimal source offset of the bucket that woke the wait (`"-1"` before any flush). */
+  bucketMaxSourceOffsetSeq: string
+  flushAtMs: number
+  bucketStartMs: number
+  error?: { code: 'stale'; message: string }
 }
 
 /** Result of `deleteWalThrough`. */

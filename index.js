@@ -836,6 +836,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.Store = nativeBinding.Store
+module.exports.TouchEngine = nativeBinding.TouchEngine
 module.exports.TouchJournal = nativeBinding.TouchJournal
 module.exports.formatTouchCursor = nativeBinding.formatTouchCursor
 module.exports.parseTouchCursor = nativeBinding.parseTouchCursor

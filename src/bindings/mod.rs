@@ -6,7 +6,9 @@
 //! - [`keys`]: the `keys` namespace (key derivation);
 //! - [`spec`]: the `validateTouchConfig` and `validateStateProtocolProfile` functions;
 //! - [`processor`]: the `processRows` function;
-//! - [`journal`]: the `TouchJournal` class and the cursor functions.
+//! - [`journal`]: the `TouchJournal` class and the cursor functions;
+//! - [`engine`]: the `TouchEngine` class;
+//! - [`abort`]: AbortSignal listeners for promise-returning methods.
 //!
 //! No policy lives here: if a function in this module grows an `if` about touches, it belongs
 //! in a core module.
@@ -15,6 +17,8 @@
 // dereferenced here, so functions taking them need not be `unsafe`.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+pub mod abort;
+pub mod engine;
 pub mod journal;
 pub mod js;
 pub mod keys;

@@ -59,7 +59,7 @@ fn js_text(v: Option<Js>, what: &str) -> Result<JsString> {
     }
 }
 
-fn parse_request(request: Js) -> Result<ProcessRequest> {
+pub(crate) fn parse_request(request: Js) -> Result<ProcessRequest> {
     let r = request.object("request")?;
     let stream =
         r.get("stream")?.ok_or_else(|| Error::invalid("request.stream is required"))?.string("request.stream")?;

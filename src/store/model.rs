@@ -224,3 +224,33 @@ pub struct StoreCountersSnapshot {
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
+
+/// The reference's protocol offset (`encodeOffset`): epoch (u32), `seq + 1` (u64) and an
+/// in-block index (0) as 16 big-endian bytes, in fixed 26-character Crockford base32.
+pub fn encode_offset(epoch: u32, seq: i64) -> String {
+    const ALPHABET: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    let raw = (seq as i128 + 1) as u128 & u64::MAX as u128;
+    let n: u128 = ((epoch as u128) << 96) | (raw << 32);
+    // 128 bits padded with two zero bits on the left: 26 groups of 5 bits.
+    let mut out = String::with_capacity(26);
+    for i in 0..26u32 {
+        let shift = 5 * (25 - i) as i32 - 2;
+        let idx = if shift >= 0 { (n >> shift) & 31 } else { (n << (-shift)) & 31 };
+        out.push(ALPHABET[idx as usize] as char);
+    }
+    out
+}
+
+#[cfg(test)]
+mod offset_tests {
+    use super::encode_offset;
+
+    #[test]
+    fn encodes_like_the_reference() {
+        // Computed with the reference's encodeOffset under Bun.
+        assert_eq!(encode_offset(0, -1), "00000000000000000000000000");
+        assert_eq!(encode_offset(0, 0), "0000000000000000000G000000");
+        assert_eq!(encode_offset(1, 41), "000000800000000000N0000000");
+        assert_eq!(encode_offset(7, 123456789012), "000001R00001SFMS38AG000000");
+    }
+}

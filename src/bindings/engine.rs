@@ -1,0 +1,736 @@
+//! `TouchEngine`: the JS class over [`crate::engine::TouchEngine`]. Conversion only.
+
+use napi::bindgen_prelude::*;
+use napi::sys;
+use napi_derive::napi;
+
+use super::abort;
+use super::js::{throw, unknown, Js, Out};
+use super::port::Port;
+use super::processor::{parse_request, result_js};
+use super::store::Store;
+use crate::engine::templates::{ActivateOutcome, TemplateLimits};
+use crate::engine::wait::{parse_inactivity_ttl, parse_template_decls, WaitArgs, WaitReply};
+use crate::engine::{EngineOptions, EngineStatsView, RuntimeView, TouchEngine as CoreEngine, TouchMetaView};
+use crate::error::Error;
+use crate::jscompat::json::{Object, Value};
+use crate::jscompat::string::JsString;
+
+/// Options of `new TouchEngine(store, options)`.
+#[napi(object, object_to_js = false)]
+pub struct TouchEngineOptions {
+    /// Streams processed concurrently (default: cores, at most 4).
+    pub workers: Option<u32>,
+    /// Safety-net tick in ms (default 250; 0 = none). Appends wake the loop at once anyway.
+    pub check_interval_ms: Option<f64>,
+    /// Rows per batch (default 500).
+    pub max_batch_rows: Option<u32>,
+    /// Payload bytes per batch (default 4 MiB).
+    pub max_batch_bytes: Option<f64>,
+    /// Run the background processing loop (default true).
+    pub auto_process: Option<bool>,
+}
+
+/// A template declaration (the body of `/touch/templates/activate`).
+#[napi(object, object_to_js = false)]
+pub struct TemplateDecl {
+    pub entity: String,
+    #[napi(ts_type = "Array<{ name: string; encoding: 'string' | 'int64' | 'bool' | 'datetime' | 'bytes' }>")]
+    pub fields: Vec<Unknown<'static>>,
+}
+
+#[napi(object, object_from_js = false)]
+pub struct ActivatedTemplate {
+    pub template_id: String,
+    #[napi(ts_type = "'active'")]
+    pub state: String,
+    pub active_from_touch_offset: String,
+}
+
+#[napi(object, object_from_js = false)]
+pub struct DeniedTemplate {
+    pub template_id: String,
+    /// `invalid`, `rate_limited`, or `cap_exceeded` (a template evicted by its own call).
+    #[napi(ts_type = "'invalid' | 'rate_limited' | 'cap_exceeded'")]
+    pub reason: String,
+}
+
+#[napi(object, object_from_js = false)]
+pub struct TemplateLimitsJs {
+    pub max_active_templates_per_stream: f64,
+    pub max_active_templates_per_entity: f64,
+}
+
+#[napi(object, object_from_js = false)]
+pub struct ActivateResult {
+    pub activated: Vec<ActivatedTemplate>,
+    pub denied: Vec<DeniedTemplate>,
+    pub limits: TemplateLimitsJs,
+}
+
+/// The request of `wait` (W1); the rules and messages are the reference route's.
+#[napi(object, object_to_js = false)]
+pub struct WaitRequest {
+    pub stream: String,
+    /// `"now"` or `<epochHex16>:<generation>`.
+    pub cursor: String,
+    pub keys: Option<Vec<String>>,
+    pub key_ids: Option<Vec<u32>>,
+    /// Clamped to [0, 120000]; default 30000.
+    pub timeout_ms: Option<f64>,
+    pub template_ids_used: Option<Vec<String>>,
+    #[napi(ts_type = "'fine' | 'coarse'")]
+    pub interest_mode: Option<String>,
+    /// Match 1..16 literal 16-hex keys exactly (W4).
+    pub exact: Option<bool>,
+    #[napi(ts_type = "TemplateDecl[]")]
+    pub declare_templates: Option<Vec<Unknown<'static>>>,
+    pub inactivity_ttl_ms: Option<f64>,
+    /// Aborting rejects the wait with `ERR_ABORTED`.
+    #[napi(ts_type = "AbortSignal")]
+    pub signal: Option<Unknown<'static>>,
+}
+
+/// The reply of `wait`, with the reference route's fields: `touched` (and the cursor to use
+/// next), or `stale: true` with the journal's current cursor, epoch and generation.
+#[napi(object, object_from_js = false)]
+pub struct WaitResult {
+    pub touched: bool,
+    pub stale: Option<bool>,
+    pub cursor: String,
+    pub epoch: Option<String>,
+    pub generation: Option<u32>,
+    #[napi(ts_type = "'fineKey' | 'templateKey' | 'tableKey'")]
+    pub effective_wait_kind: String,
+    /// Decimal source offset of the bucket that woke the wait (`"-1"` before any flush).
+    pub bucket_max_source_offset_seq: String,
+    pub flush_at_ms: f64,
+    pub bucket_start_ms: f64,
+    #[napi(ts_type = "{ code: 'stale'; message: string }")]
+    pub error: Option<StaleError>,
+}
+
+#[napi(object, object_from_js = false)]
+pub struct StaleError {
+    pub code: String,
+    pub message: String,
+}
+
+/// Options of `meta`.
+#[napi(object, object_to_js = false)]
+pub struct MetaOptions {
+    /// `"flush"`: wait until the stream's backlog is processed and its bucket flushed.
+    #[napi(ts_type = "'flush'")]
+    pub settle: Option<String>,
+    /// Bound for `settle`, clamped to [0, 120000] (default 30000).
+    pub timeout_ms: Option<f64>,
+}
+
+/// `/touch/meta` (M21): the journal's meta and the stream's runtime.
+#[napi(object, object_from_js = false)]
+pub struct TouchMeta {
+    pub mode: String,
+    pub cursor: String,
+    pub epoch: String,
+    pub generation: u32,
+    pub bucket_ms: f64,
+    pub coalesce_ms: f64,
+    pub filter_size: f64,
+    pub k: u32,
+    pub pending_keys: f64,
+    pub overflow_buckets: f64,
+    pub active_waiters: f64,
+    pub bucket_max_source_offset_seq: String,
+    pub last_flush_at_ms: f64,
+    pub flush_interval_ms_max_last10s: f64,
+    pub flush_interval_ms_p95_last10s: f64,
+    pub settled: bool,
+    pub coarse_interval_ms: f64,
+    pub touch_coalesce_window_ms: f64,
+    pub active_templates: f64,
+    /// Offsets appended but not processed yet.
+    pub lag_source_offsets: f64,
+    #[napi(ts_type = "'idle' | 'fine' | 'restricted' | 'coarseOnly'")]
+    pub touch_mode: String,
+    /// The checkpoint as a stream offset (`encodeOffset(epoch, processedThrough)`), or null.
+    pub wal_scanned_through: Option<String>,
+    pub hot_fine_keys: f64,
+    pub hot_templates: f64,
+    pub hot_fine_keys_active: f64,
+    pub hot_fine_keys_grace: f64,
+    pub hot_templates_active: f64,
+    pub hot_templates_grace: f64,
+    pub fine_waiters_active: f64,
+    pub coarse_waiters_active: f64,
+    pub broad_fine_waiters_active: f64,
+    pub hot_key_filtering_enabled: bool,
+    pub hot_template_filtering_enabled: bool,
+    pub scan_rows_total: f64,
+    pub scan_batches_total: f64,
+    pub scanned_but_emitted0_batches_total: f64,
+    pub processed_through_delta_total: f64,
+    pub touches_emitted_total: f64,
+    pub touches_table_total: f64,
+    pub touches_template_total: f64,
+    pub fine_touches_dropped_due_to_budget_total: f64,
+    pub fine_touches_skipped_cold_template_total: f64,
+    pub fine_touches_skipped_cold_key_total: f64,
+    pub fine_touches_skipped_template_bucket_total: f64,
+    pub wait_touched_total: f64,
+    pub wait_timeout_total: f64,
+    pub wait_stale_total: f64,
+    pub journal_flushes_total: f64,
+    pub journal_notify_wakeups_total: f64,
+    pub journal_notify_wake_ms_total: f64,
+    pub journal_notify_wake_ms_max: f64,
+    pub journal_timeouts_fired_total: f64,
+    pub journal_timeout_sweep_ms_total: f64,
+    /// Ours: touches added so that coarsened or uncovered changes still wake their waiters.
+    pub compensation_touches_total: f64,
+    /// Ours: batches cut short to keep fine touches within the budget.
+    pub batches_split_for_budget_total: f64,
+}
+
+/// The stats collector's window (X1, X3).
+#[napi(object, object_from_js = false)]
+pub struct CollectorStats {
+    pub ingested_bytes: f64,
+    pub wal_bytes: f64,
+    pub sealed_payload_bytes: f64,
+    pub sealed_bytes: f64,
+    pub uploaded_bytes: f64,
+    pub segments_sealed: f64,
+    pub backpressure_over_ms: f64,
+    pub active_streams: f64,
+}
+
+/// `getMemoryStats` (seed 001).
+#[napi(object, object_from_js = false)]
+pub struct EngineMemoryStats {
+    pub dirty_streams: f64,
+    pub journals: f64,
+    pub journals_created_total: f64,
+    pub journal_filter_bytes_total: f64,
+    pub touch_mode_streams: f64,
+    pub fine_token_bucket_streams: f64,
+    pub hot_fine_streams: f64,
+    pub runtime_totals_streams: f64,
+    pub template_last_seen_entries: f64,
+    pub template_dirty_last_seen_entries: f64,
+    pub template_rate_state_streams: f64,
+}
+
+/// `getTopStreams` entries.
+#[napi(object, object_from_js = false)]
+pub struct TopStreamEntry {
+    pub stream: String,
+    pub journal_filter_bytes: f64,
+    pub dirty: bool,
+    #[napi(ts_type = "'idle' | 'fine' | 'restricted' | 'coarseOnly' | null")]
+    pub touch_mode: Option<String>,
+}
+
+/// Per-stream runtime totals (M21).
+#[napi(object, object_from_js = false)]
+pub struct StreamRuntimeStats {
+    pub stream: String,
+    pub touch_mode: String,
+    pub lag_source_offsets: f64,
+    pub scan_rows_total: f64,
+    pub scan_batches_total: f64,
+    pub touches_emitted_total: f64,
+    pub touches_table_total: f64,
+    pub touches_template_total: f64,
+    pub compensation_touches_total: f64,
+    pub wait_touched_total: f64,
+    pub wait_timeout_total: f64,
+    pub wait_stale_total: f64,
+    pub fine_waiters_active: f64,
+    pub coarse_waiters_active: f64,
+    pub journal_flushes_total: f64,
+}
+
+#[napi(object, object_from_js = false)]
+pub struct LifecycleStats {
+    pub activated: f64,
+    pub retired: f64,
+    pub evicted: f64,
+}
+
+/// `stats()`: the collector's window since the previous call (then reset), the reporter's
+/// one-line summary, memory, the top streams by journal bytes and per-stream totals.
+#[napi(object, object_from_js = false)]
+pub struct EngineStats {
+    pub collector: CollectorStats,
+    pub reporter_line: String,
+    pub window_ms: f64,
+    pub memory: EngineMemoryStats,
+    pub top_streams: Vec<TopStreamEntry>,
+    pub streams: Vec<StreamRuntimeStats>,
+    pub template_lifecycle: LifecycleStats,
+}
+
+/// Processing, waits, policy and stats over a [`Store`].
+#[napi]
+pub struct TouchEngine {
+    engine: CoreEngine,
+    port: Port,
+}
+
+fn opt_num(o: &Js, key: &str) -> crate::Result<Option<f64>> {
+    o.opt(key)?.map(|v| v.number(&format!("options.{key}"))).transpose()
+}
+
+fn parse_options(options: Option<Js>) -> crate::Result<EngineOptions> {
+    let mut o = EngineOptions::default();
+    let Some(opts) = options.filter(|v| !v.is_nullish()) else { return Ok(o) };
+    let opts = opts.object("options")?;
+    let count = |v: f64, what: &str, max: f64| -> crate::Result<f64> {
+        if !v.is_finite() || v.fract() != 0.0 || v < 0.0 || v > max {
+            return Err(Error::invalid(format!("options.{what} must be an integer in [0, {max}]")));
+        }
+        Ok(v)
+    };
+    if let Some(v) = opt_num(&opts, "workers")? {
+        o.workers = count(v, "workers", 64.0)?.max(1.0) as usize;
+    }
+    if let Some(v) = opt_num(&opts, "checkIntervalMs")? {
+        o.check_interval_ms = count(v, "checkIntervalMs", 3_600_000.0)? as u64;
+    }
+    if let Some(v) = opt_num(&opts, "maxBatchRows")? {
+        o.max_batch_rows = count(v, "maxBatchRows", 1_000_000.0)?.max(1.0) as usize;
+    }
+    if let Some(v) = opt_num(&opts, "maxBatchBytes")? {
+        o.max_batch_bytes = count(v, "maxBatchBytes", 1e12)?.max(1.0) as u64;
+    }
+    if let Some(v) = opts.opt("autoProcess")? {
+        o.auto_process = v.boolean("options.autoProcess")?;
+    }
+    Ok(o)
+}
+
+fn value_of(v: Option<Js>, what: &str) -> crate::Result<Value> {
+    Ok(v.map(|v| v.to_value(what)).transpose()?.flatten().unwrap_or(Value::Undefined))
+}
+
+fn wait_reply(r: WaitReply) -> WaitResult {
+    WaitResult {
+        touched: r.touched,
+        stale: r.stale.then_some(true),
+        cursor: r.cursor,
+        epoch: r.epoch,
+        generation: r.generation,
+        effective_wait_kind: r.effective_wait_kind.as_str().into(),
+        bucket_max_source_offset_seq: r.bucket_max_source_offset_seq.to_string(),
+        flush_at_ms: r.flush_at_ms as f64,
+        bucket_start_ms: r.bucket_start_ms as f64,
+        error: r.stale.then(|| StaleError {
+            code: "stale".into(),
+            message: "cursor epoch mismatch; rerun/re-subscribe and start from cursor".into(),
+        }),
+    }
+}
+
+fn meta_js(v: TouchMetaView) -> TouchMeta {
+    let m = &v.journal;
+    let r: &RuntimeView = &v.runtime;
+    let t = &r.totals;
+    let w = &r.journal.wake;
+    TouchMeta {
+        mode: "memory".into(),
+        cursor: m.cursor.clone(),
+        epoch: m.epoch.clone(),
+        generation: m.generation,
+        bucket_ms: m.bucket_ms as f64,
+        coalesce_ms: m.coalesce_ms as f64,
+        filter_size: m.filter_size as f64,
+        k: m.k,
+        pending_keys: m.pending_keys as f64,
+        overflow_buckets: m.overflow_buckets as f64,
+        active_waiters: m.active_waiters as f64,
+        bucket_max_source_offset_seq: m.bucket_max_source_offset_seq.to_string(),
+        last_flush_at_ms: m.last_flush_at_ms as f64,
+        flush_interval_ms_max_last10s: m.flush_interval_ms_max_last_10s as f64,
+        flush_interval_ms_p95_last10s: m.flush_interval_ms_p95_last_10s as f64,
+        settled: v.settled,
+        coarse_interval_ms: v.coarse_interval_ms,
+        touch_coalesce_window_ms: v.touch_coalesce_window_ms,
+        active_templates: v.active_templates as f64,
+        lag_source_offsets: v.lag_source_offsets as f64,
+        touch_mode: v.touch_mode.as_str().into(),
+        wal_scanned_through: v.processed_through.map(|p| crate::store::encode_offset(v.stream_epoch as u32, p)),
+        hot_fine_keys: r.hot_fine_keys as f64,
+        hot_templates: r.hot_templates as f64,
+        hot_fine_keys_active: r.hot_fine_keys_active as f64,
+        hot_fine_keys_grace: r.hot_fine_keys_grace as f64,
+        hot_templates_active: r.hot_templates_active as f64,
+        hot_templates_grace: r.hot_templates_grace as f64,
+        fine_waiters_active: r.fine_waiters_active as f64,
+        coarse_waiters_active: r.coarse_waiters_active as f64,
+        broad_fine_waiters_active: r.broad_fine_waiters_active as f64,
+        hot_key_filtering_enabled: r.hot_key_filtering_enabled,
+        hot_template_filtering_enabled: r.hot_template_filtering_enabled,
+        scan_rows_total: t.scan_rows,
+        scan_batches_total: t.scan_batches,
+        scanned_but_emitted0_batches_total: t.scanned_but_emitted0_batches,
+        processed_through_delta_total: t.processed_through_delta,
+        touches_emitted_total: t.touches_emitted,
+        touches_table_total: t.touches_table,
+        touches_template_total: t.touches_template,
+        fine_touches_dropped_due_to_budget_total: t.fine_touches_dropped_due_to_budget,
+        fine_touches_skipped_cold_template_total: t.fine_touches_skipped_cold_template,
+        fine_touches_skipped_cold_key_total: t.fine_touches_skipped_cold_key,
+        fine_touches_skipped_template_bucket_total: t.fine_touches_skipped_template_bucket,
+        wait_touched_total: t.wait_touched,
+        wait_timeout_total: t.wait_timeout,
+        wait_stale_total: t.wait_stale,
+        journal_flushes_total: r.journal.flushes as f64,
+        journal_notify_wakeups_total: w.notify_wakeups as f64,
+        journal_notify_wake_ms_total: w.notify_wake_ms_sum,
+        journal_notify_wake_ms_max: w.notify_wake_ms_max,
+        journal_timeouts_fired_total: w.timeouts_fired as f64,
+        journal_timeout_sweep_ms_total: w.timeout_sweep_ms_sum,
+        compensation_touches_total: t.compensation_touches,
+        batches_split_for_budget_total: t.batches_split_for_budget,
+    }
+}
+
+fn stats_js(s: EngineStatsView) -> EngineStats {
+    let c = &s.collector;
+    EngineStats {
+        collector: CollectorStats {
+            ingested_bytes: c.ingested_bytes,
+            wal_bytes: c.wal_bytes,
+            sealed_payload_bytes: c.sealed_payload_bytes,
+            sealed_bytes: c.sealed_bytes,
+            uploaded_bytes: c.uploaded_bytes,
+            segments_sealed: c.segments_sealed,
+            backpressure_over_ms: c.backpressure_over_ms,
+            active_streams: c.active_streams as f64,
+        },
+        reporter_line: s.report_line,
+        window_ms: s.window_ms,
+        memory: EngineMemoryStats {
+            dirty_streams: s.memory.dirty_streams as f64,
+            journals: s.memory.journals as f64,
+            journals_created_total: s.memory.journals_created_total as f64,
+            journal_filter_bytes_total: s.memory.journal_filter_bytes_total as f64,
+            touch_mode_streams: s.memory.touch_mode_streams as f64,
+            fine_token_bucket_streams: s.memory.fine_token_bucket_streams as f64,
+            hot_fine_streams: s.memory.hot_fine_streams as f64,
+            runtime_totals_streams: s.memory.runtime_totals_streams as f64,
+            template_last_seen_entries: s.memory.template_last_seen_entries as f64,
+            template_dirty_last_seen_entries: s.memory.template_dirty_last_seen_entries as f64,
+            template_rate_state_streams: s.memory.template_rate_state_streams as f64,
+        },
+        top_streams: s
+            .top_streams
+            .into_iter()
+            .map(|t| TopStreamEntry {
+                stream: t.stream,
+                journal_filter_bytes: t.journal_filter_bytes as f64,
+                dirty: t.dirty,
+                touch_mode: t.touch_mode.map(|m| m.as_str().to_string()),
+            })
+            .collect(),
+        streams: s
+            .streams
+            .into_iter()
+            .map(|(stream, mode, lag, r)| StreamRuntimeStats {
+                stream,
+                touch_mode: mode.as_str().into(),
+                lag_source_offsets: lag as f64,
+                scan_rows_total: r.totals.scan_rows,
+                scan_batches_total: r.totals.scan_batches,
+                touches_emitted_total: r.totals.touches_emitted,
+                touches_table_total: r.totals.touches_table,
+                touches_template_total: r.totals.touches_template,
+                compensation_touches_total: r.totals.compensation_touches,
+                wait_touched_total: r.totals.wait_touched,
+                wait_timeout_total: r.totals.wait_timeout,
+                wait_stale_total: r.totals.wait_stale,
+                fine_waiters_active: r.fine_waiters_active as f64,
+                coarse_waiters_active: r.coarse_waiters_active as f64,
+                journal_flushes_total: r.journal.flushes as f64,
+            })
+            .collect(),
+        template_lifecycle: LifecycleStats {
+            activated: s.lifecycle.activated as f64,
+            retired: s.lifecycle.retired as f64,
+            evicted: s.lifecycle.evicted as f64,
+        },
+    }
+}
+
+fn activate_js(out: ActivateOutcome, limits: TemplateLimits) -> ActivateResult {
+    ActivateResult {
+        activated: out
+            .activated
+            .into_iter()
+            .map(|a| ActivatedTemplate {
+                template_id: a.template_id,
+                state: "active".into(),
+                active_from_touch_offset: a.active_from_touch_offset,
+            })
+            .collect(),
+        denied: out
+            .denied
+            .into_iter()
+            .map(|d| DeniedTemplate { template_id: d.template_id, reason: d.reason.into() })
+            .collect(),
+        limits: TemplateLimitsJs {
+            max_active_templates_per_stream: limits.max_active_per_stream,
+            max_active_templates_per_entity: limits.max_active_per_entity,
+        },
+    }
+}
+
+fn to_js<T: ToNapiValue>(env: &Env, v: T) -> napi::Result<sys::napi_value> {
+    unsafe { T::to_napi_value(env.raw(), v) }
+}
+
+fn arg(env: &Env, v: &Option<Unknown>) -> Option<Js> {
+    v.as_ref().map(|u| Js::new(env, u.raw()))
+}
+
+impl TouchEngine {
+    fn promise<'env, T>(
+        &self,
+        env: &'env Env,
+        parsed: crate::Result<T>,
+        start: impl FnOnce(T, super::port::Ticket),
+    ) -> napi::Result<Unknown<'env>> {
+        let value = match parsed {
+            Ok(v) => v,
+            Err(e) => return Ok(unknown(env, Port::rejected(env, &e)?)),
+        };
+        let (ticket, promise) = self.port.promise(env)?;
+        start(value, ticket);
+        Ok(unknown(env, promise))
+    }
+}
+
+#[napi]
+impl TouchEngine {
+    /// Opens the engine over `store`: loads touch profiles, seeds touch state (M22), hooks the
+    /// store's appends and starts the processing loop.
+    #[napi(constructor, ts_args_type = "store: Store, options?: TouchEngineOptions | undefined | null")]
+    pub fn new(env: &Env, store: Unknown, options: Option<Unknown>) -> napi::Result<TouchEngine> {
+        let opts = parse_options(arg(env, &options)).map_err(|e| throw(env, e))?;
+        let instance = unsafe { ClassInstance::<Store>::from_napi_value(env.raw(), store.raw()) }
+            .map_err(|_| throw(env, Error::invalid("store must be a Store")))?;
+        let engine = CoreEngine::open(instance.store.clone(), opts).map_err(|e| throw(env, e))?;
+        Ok(TouchEngine { engine, port: Port::new(env)? })
+    }
+
+    /// Validates a touch config like the reference (as `profile.touch`), saves it as the
+    /// stream's state-protocol profile and returns the normalised config. Throws
+    /// `ERR_INVALID_TOUCH_CONFIG` with the reference's message.
+    #[napi(ts_args_type = "stream: string, config: unknown", ts_return_type = "TouchConfig")]
+    pub fn set_touch_config<'env>(
+        &self,
+        env: &'env Env,
+        stream: Unknown,
+        config: Unknown,
+    ) -> napi::Result<Unknown<'env>> {
+        let stream = Js::new(env, stream.raw()).string("stream").map_err(|e| throw(env, e))?;
+        let touch = value_of(Some(Js::new(env, config.raw())), "config").map_err(|e| throw(env, e))?;
+        let mut profile = Object::new();
+        profile.insert(JsString::from("kind"), Value::String(JsString::from("state-protocol")));
+        profile.insert(JsString::from("touch"), touch);
+        let saved = self.engine.set_profile(&stream, &Value::Object(profile)).map_err(|e| throw(env, e))?;
+        let cfg = saved.touch.map(|t| t.to_value()).unwrap_or(Value::Undefined);
+        Ok(unknown(env, Out::new(env).value(&cfg)?))
+    }
+
+    /// Saves a whole state-protocol profile (`{ kind: "state-protocol", touch? }`).
+    #[napi(
+        ts_args_type = "stream: string, profile: unknown",
+        ts_return_type = "{ kind: 'state-protocol'; touch?: TouchConfig }"
+    )]
+    pub fn set_profile<'env>(&self, env: &'env Env, stream: Unknown, profile: Unknown) -> napi::Result<Unknown<'env>> {
+        let stream = Js::new(env, stream.raw()).string("stream").map_err(|e| throw(env, e))?;
+        let raw = value_of(Some(Js::new(env, profile.raw())), "profile").map_err(|e| throw(env, e))?;
+        let saved = self.engine.set_profile(&stream, &raw).map_err(|e| throw(env, e))?;
+        Ok(unknown(env, Out::new(env).value(&saved.to_value())?))
+    }
+
+    /// The stream's touch config, or null when it has none.
+    #[napi(ts_args_type = "stream: string", ts_return_type = "TouchConfig | null")]
+    pub fn get_touch_config<'env>(&self, env: &'env Env, stream: Unknown) -> napi::Result<Unknown<'env>> {
+        let stream = Js::new(env, stream.raw()).string("stream").map_err(|e| throw(env, e))?;
+        let out = Out::new(env);
+        match self.engine.profile(&stream).and_then(|p| p.touch) {
+            Some(t) => Ok(unknown(env, out.value(&t.to_value())?)),
+            None => Ok(unknown(env, out.null()?)),
+        }
+    }
+
+    /// Activates templates (T1–T7, T13). Denied declarations say why.
+    #[napi(
+        ts_args_type = "stream: string, templates: TemplateDecl[], options?: { inactivityTtlMs?: number } | undefined | null",
+        ts_return_type = "ActivateResult"
+    )]
+    pub fn activate_templates(
+        &self,
+        env: &Env,
+        stream: Unknown,
+        templates: Unknown,
+        options: Option<Unknown>,
+    ) -> napi::Result<ActivateResult> {
+        let run = || -> crate::Result<ActivateResult> {
+            let stream = Js::new(env, stream.raw()).string("stream")?;
+            let decls = parse_template_decls(
+                &value_of(Some(Js::new(env, templates.raw())), "templates")?,
+                "activate.templates",
+            )?;
+            let ttl = match arg(env, &options).filter(|o| !o.is_nullish()) {
+                Some(o) => {
+                    let o = o.object("options")?;
+                    parse_inactivity_ttl(
+                        &value_of(o.get("inactivityTtlMs")?, "options.inactivityTtlMs")?,
+                        "activate.inactivityTtlMs",
+                    )?
+                }
+                None => None,
+            };
+            let (out, limits) = self.engine.activate_templates(&stream, &decls, ttl)?;
+            Ok(activate_js(out, limits))
+        };
+        run().map_err(|e| throw(env, e))
+    }
+
+    /// Runs one batch exactly as the reference worker would (no side effects).
+    #[napi(ts_args_type = "request: ProcessRequestJs", ts_return_type = "Promise<ProcessResultJs>")]
+    pub fn process_batch<'env>(&self, env: &'env Env, request: Unknown) -> napi::Result<Unknown<'env>> {
+        let parsed = parse_request(Js::new(env, request.raw()));
+        let store = self.engine.store().clone();
+        self.promise(env, parsed, move |req, ticket| {
+            crate::processor::source::process_from_store(
+                &store,
+                req,
+                Box::new(move |r| ticket.settle_with(r, result_js)),
+            );
+        })
+    }
+
+    /// Marks a stream dirty (appends through the engine's store do this themselves).
+    #[napi(ts_args_type = "stream: string")]
+    pub fn notify(&self, env: &Env, stream: Unknown) -> napi::Result<()> {
+        let stream = Js::new(env, stream.raw()).string("stream").map_err(|e| throw(env, e))?;
+        self.engine.notify(&stream);
+        Ok(())
+    }
+
+    /// Waits for a touch of any of the keys after `cursor` (W1–W6).
+    #[napi(ts_args_type = "request: WaitRequest", ts_return_type = "Promise<WaitResult>")]
+    pub fn wait<'env>(&self, env: &'env Env, request: Unknown) -> napi::Result<Unknown<'env>> {
+        let parsed = (|| -> crate::Result<(String, WaitArgs, Option<Js>)> {
+            let r = Js::new(env, request.raw()).object("request")?;
+            let stream = r
+                .get("stream")?
+                .ok_or_else(|| Error::invalid("request.stream is required"))?
+                .string("request.stream")?;
+            let signal = r.opt("signal")?;
+            let aborted = match &signal {
+                Some(s) => abort::is_aborted(s)?,
+                None => false,
+            };
+            if aborted {
+                return Err(Error::Aborted);
+            }
+            let body = Js::new(env, request.raw()).to_value("request")?.unwrap_or(Value::Undefined);
+            Ok((stream, WaitArgs::parse(&body)?, signal))
+        })();
+        let engine = self.engine.clone();
+        let (ticket, promise) = match parsed {
+            Ok(p) => {
+                let (ticket, promise) = self.port.promise(env)?;
+                (Some((p, ticket)), promise)
+            }
+            Err(e) => (None, Port::rejected(env, &e)?),
+        };
+        if let Some(((stream, args, signal), ticket)) = ticket {
+            let hook: std::sync::Arc<parking_lot::Mutex<Option<abort::AbortHook>>> = Default::default();
+            let hook_for_reply = hook.clone();
+            let control = engine.wait(
+                &stream,
+                args,
+                Box::new(move |r| {
+                    ticket.settle(Box::new(move |env| {
+                        if let Some(h) = hook_for_reply.lock().take() {
+                            h.release(env);
+                        }
+                        let v = r?;
+                        to_js(env, wait_reply(v)).map_err(|e| Error::Internal(e.reason))
+                    }))
+                }),
+            );
+            if let Some(signal) = signal {
+                let ctl = control.clone();
+                match abort::listen(env, &signal, Box::new(move || ctl.abort())) {
+                    Ok(h) => *hook.lock() = Some(h),
+                    Err(_) => control.abort(),
+                }
+            }
+        }
+        Ok(unknown(env, promise))
+    }
+
+    /// `/touch/meta` (M21); `settle: "flush"` waits for zero lag and a flushed bucket.
+    #[napi(
+        ts_args_type = "stream: string, options?: MetaOptions | undefined | null",
+        ts_return_type = "Promise<TouchMeta>"
+    )]
+    pub fn meta<'env>(&self, env: &'env Env, stream: Unknown, options: Option<Unknown>) -> napi::Result<Unknown<'env>> {
+        let parsed = (|| -> crate::Result<(String, bool, f64)> {
+            let stream = Js::new(env, stream.raw()).string("stream")?;
+            let (mut settle, mut timeout) = (false, 30_000.0);
+            if let Some(o) = arg(env, &options).filter(|o| !o.is_nullish()) {
+                let o = o.object("options")?;
+                if let Some(s) = o.opt("settle")? {
+                    if s.string("options.settle")? != "flush" {
+                        return Err(Error::invalid("meta.settle must be 'flush' when provided"));
+                    }
+                    settle = true;
+                }
+                if let Some(t) = o.opt("timeoutMs")? {
+                    let n = t.number("options.timeoutMs")?;
+                    if !n.is_finite() {
+                        return Err(Error::invalid("meta.timeoutMs must be a number (ms)"));
+                    }
+                    timeout = n.floor().clamp(0.0, 120_000.0);
+                }
+            }
+            Ok((stream, settle, timeout))
+        })();
+        let engine = self.engine.clone();
+        self.promise(env, parsed, move |(stream, settle, timeout), ticket| {
+            engine.meta(
+                &stream,
+                settle,
+                timeout,
+                Box::new(move |r| ticket.settle_with(r, |env, v| to_js(env, meta_js(v)))),
+            );
+        })
+    }
+
+    /// The stats snapshot (the collector's window resets on each call).
+    #[napi]
+    pub fn stats(&self) -> EngineStats {
+        stats_js(self.engine.stats())
+    }
+
+    /// Stops the loop, settles every pending wait (`touched: false`) and flushes template
+    /// last-seen times. The store stays open.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn close<'env>(&self, env: &'env Env) -> napi::Result<Unknown<'env>> {
+        let engine = self.engine.clone();
+        self.promise(env, Ok(()), move |(), ticket| {
+            engine.close(Box::new(move |r| ticket.settle_with(r, |env, ()| Out::new(env).undefined())));
+        })
+    }
+}
+
+#[allow(dead_code)]
+fn _typing_only(_: TouchEngineOptions, _: TemplateDecl, _: WaitRequest, _: MetaOptions) {}
