@@ -1,0 +1,188 @@
+// TouchEngine end to end through the JS API: append → wait wakes, on every kind of key.
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { test, dt, tempDir, rejectsWithCode, sleep } from "./harness.mjs";
+
+const { Store, TouchEngine, keys } = dt;
+
+const POSTS = { entity: "public.posts", fields: [{ name: "authorId", encoding: "int64" }, { name: "status", encoding: "string" }] };
+const rec = (op, value, oldValue) => {
+  const r = { type: "public.posts", key: String((value ?? oldValue).id) };
+  if (value !== undefined) r.value = value;
+  if (oldValue !== undefined) r.old_value = oldValue;
+  r.headers = { operation: op };
+  return JSON.stringify(r);
+};
+
+async function open(path = ":memory:", config = { enabled: true }) {
+  const store = Store.open(path);
+  await store.createStream("s", { contentType: "application/json" });
+  const engine = new TouchEngine(store, { checkIntervalMs: 100 });
+  engine.setTouchConfig("s", config);
+  return { store, engine };
+}
+
+async function closeAll({ store, engine }) {
+  await engine.close();
+  await store.close();
+}
+
+test("a coarse wait on the table key wakes on append; cursor 'now' works", async () => {
+  const ctx = await open();
+  const { store, engine } = ctx;
+  const table = keys.tableKeyId("public.posts");
+  const w = engine.wait({ stream: "s", cursor: "now", keyIds: [table], interestMode: "coarse", timeoutMs: 5000 });
+  await sleep(20);
+  const ack = await store.append("s", [rec("insert", { id: 1, authorId: 42, status: "published" })]);
+  const r = await w;
+  assert.equal(r.touched, true);
+  assert.equal(r.effectiveWaitKind, "tableKey");
+  assert.equal(r.bucketMaxSourceOffsetSeq, String(ack.lastOffset));
+  assert.match(r.cursor, /^[0-9a-f]{16}:[1-9][0-9]*$/);
+  await closeAll(ctx);
+});
+
+test("watch, membership and projected-field keys wake fine waiters after template activation", async () => {
+  const ctx = await open();
+  const { store, engine } = ctx;
+  const act = engine.activateTemplates("s", [POSTS]);
+  assert.equal(act.denied.length, 0);
+  const tpl = act.activated[0].templateId;
+  assert.equal(tpl, keys.templateId("public.posts", ["authorId", "status"]));
+  const before = { id: 1, authorId: 42, status: "published", title: "A" };
+  await store.append("s", [rec("insert", before)]);
+  let { cursor } = await engine.meta("s", { settle: "flush", timeoutMs: 5000 });
+
+  // Same tuple, title changes: the projected field key of `title` fires (and the watch key).
+  const fld = keys.projectedFieldKey(tpl, "title", ["42", "published"]);
+  const w1 = engine.wait({ stream: "s", cursor, keys: [fld], templateIdsUsed: [tpl], timeoutMs: 5000 });
+  await store.append("s", [rec("update", { ...before, title: "B" }, before)]);
+  const r1 = await w1;
+  assert.equal(r1.touched, true);
+  cursor = r1.cursor;
+
+  // The tuple moves: membership keys of both tuples fire.
+  const mem43 = keys.membershipKey(tpl, ["43", "published"]);
+  const w2 = engine.wait({ stream: "s", cursor, keys: [mem43], timeoutMs: 5000 });
+  await store.append("s", [rec("update", { ...before, title: "B", authorId: 43 }, { ...before, title: "B" })]);
+  const r2 = await w2;
+  assert.equal(r2.touched, true);
+
+  // An unrelated key does not wake (it times out).
+  const other = keys.watchKey(tpl, ["7", "draft"]);
+  const r3 = await engine.wait({ stream: "s", cursor: r2.cursor, keys: [other], templateIdsUsed: [tpl], timeoutMs: 300 });
+  assert.equal(r3.touched, false);
+  await closeAll(ctx);
+});
+
+test("keyIds-only waits and exact waits on literal routing keys", async () => {
+  const ctx = await open();
+  const { store, engine } = ctx;
+  const tpl = engine.activateTemplates("s", [POSTS]).activated[0].templateId;
+  const { cursor } = await engine.meta("s");
+  const watchId = keys.watchKeyId(tpl, ["5", "open"]);
+  const watchHex = keys.watchKey(tpl, ["5", "open"]);
+  const byId = engine.wait({ stream: "s", cursor, keyIds: [watchId], templateIdsUsed: [tpl], timeoutMs: 5000 });
+  const exact = engine.wait({ stream: "s", cursor, keys: [watchHex.toUpperCase()], exact: true, timeoutMs: 5000 });
+  await store.append("s", [rec("insert", { id: 9, authorId: 5, status: "open" })]);
+  assert.equal((await byId).touched, true);
+  assert.equal((await exact).touched, true);
+  // From the old cursor, the exact history answers at once.
+  const again = await engine.wait({ stream: "s", cursor, keys: [watchHex], exact: true, timeoutMs: 5000 });
+  assert.equal(again.touched, true);
+  await closeAll(ctx);
+});
+
+test("restarting the engine over the same file makes old cursors stale", async () => {
+  const path = join(tempDir(), "restart.sqlite");
+  const first = await open(path);
+  const { cursor } = await first.engine.meta("s");
+  await closeAll(first);
+  const store = Store.open(path);
+  const engine = new TouchEngine(store);
+  assert.deepEqual(engine.getTouchConfig("s").enabled, true, "the touch config was persisted");
+  const r = await engine.wait({ stream: "s", cursor, keyIds: [1], timeoutMs: 5000 });
+  assert.equal(r.stale, true);
+  assert.equal(r.error.code, "stale");
+  assert.notEqual(r.epoch, cursor.split(":")[0]);
+  assert.equal(r.cursor, `${r.epoch}:${r.generation}`);
+  await engine.close();
+  await store.close();
+});
+
+test("settle: flush gives a cursor after the caller's own write (no conservative wake)", async () => {
+  const ctx = await open();
+  const { store, engine } = ctx;
+  const table = keys.tableKeyId("public.posts");
+  const { cursor: before } = await engine.meta("s");
+  await store.append("s", [rec("insert", { id: 1, authorId: 1, status: "x" })]);
+  const settled = await engine.meta("s", { settle: "flush", timeoutMs: 5000 });
+  assert.equal(settled.settled, true);
+  assert.equal(settled.lagSourceOffsets, 0);
+  assert.equal(settled.pendingKeys, 0);
+  // From the settled cursor our own write is history: the wait does not wake for it.
+  const quiet = await engine.wait({ stream: "s", cursor: settled.cursor, keyIds: [table], interestMode: "coarse", timeoutMs: 200 });
+  assert.equal(quiet.touched, false);
+  // From the cursor before the write, it wakes at once.
+  const loud = await engine.wait({ stream: "s", cursor: before, keyIds: [table], interestMode: "coarse", timeoutMs: 5000 });
+  assert.equal(loud.touched, true);
+  await closeAll(ctx);
+});
+
+test("an aborted wait rejects with ERR_ABORTED; close settles pending waits with touched: false", async () => {
+  const ctx = await open();
+  const { engine } = ctx;
+  const pre = new AbortController();
+  pre.abort();
+  await rejectsWithCode(engine.wait({ stream: "s", cursor: "now", keyIds: [1], timeoutMs: 5000, signal: pre.signal }), "ERR_ABORTED");
+  const mid = new AbortController();
+  const p = engine.wait({ stream: "s", cursor: "now", keyIds: [1], timeoutMs: 60000, signal: mid.signal });
+  setTimeout(() => mid.abort(), 30);
+  await rejectsWithCode(p, "ERR_ABORTED");
+  const pending = Array.from({ length: 50 }, (_, i) => engine.wait({ stream: "s", cursor: "now", keyIds: [i], timeoutMs: 60000 }));
+  await sleep(20);
+  assert.equal((await engine.meta("s")).activeWaiters, 50);
+  await engine.close();
+  for (const r of await Promise.all(pending)) assert.equal(r.touched, false);
+  await rejectsWithCode(engine.wait({ stream: "s", cursor: "now", keyIds: [1], timeoutMs: 10 }), "ERR_CLOSED");
+  await ctx.store.close();
+});
+
+test("bad requests get coded errors", async () => {
+  const ctx = await open();
+  const { store, engine } = ctx;
+  await store.createStream("plain", { contentType: "application/json" });
+  const cases = [
+    [{ stream: "nope", cursor: "now", keyIds: [1] }, "ERR_STREAM_NOT_FOUND"],
+    [{ stream: "plain", cursor: "now", keyIds: [1] }, "ERR_TOUCH_NOT_ENABLED"],
+    [{ stream: "s", cursor: "now" }, "ERR_INVALID_ARGUMENT"],
+    [{ stream: "s", cursor: "now", keys: Array.from({ length: 1025 }, (_, i) => `k${i}`) }, "ERR_INVALID_ARGUMENT"],
+    [{ stream: "s", cursor: "now", keyIds: [-1] }, "ERR_INVALID_ARGUMENT"],
+    [{ stream: "s", cursor: "now", keyIds: [1], templateIdsUsed: ["not-hex!"] }, "ERR_INVALID_ARGUMENT"],
+    [{ stream: "s", cursor: "garbage", keyIds: [1] }, "ERR_INVALID_CURSOR"],
+    [{ stream: "s", cursor: "0123456789abcdef:x", keyIds: [1] }, "ERR_INVALID_CURSOR"],
+    [{ stream: "s", cursor: "", keyIds: [1] }, "ERR_INVALID_ARGUMENT"],
+    [{ stream: "s", cursor: "now", keyIds: [1], timeoutMs: "soon" }, "ERR_INVALID_ARGUMENT"],
+    [{ stream: "s", cursor: "now", keyIds: [1], interestMode: "loud" }, "ERR_INVALID_ARGUMENT"],
+    [{ stream: "s", cursor: "now", keys: ["a"], exact: true }, "ERR_INVALID_ARGUMENT"],
+    [{ stream: 5, cursor: "now", keyIds: [1] }, "ERR_INVALID_ARGUMENT"],
+    [{ stream: "s", cursor: "now", keyIds: [1], signal: {} }, "ERR_INVALID_ARGUMENT"],
+  ];
+  for (const [req, code] of cases) {
+    let p;
+    assert.doesNotThrow(() => (p = engine.wait(req)));
+    await rejectsWithCode(p, code).catch((e) => {
+      throw new Error(`${JSON.stringify(req).slice(0, 80)}: ${e.message}`);
+    });
+  }
+  await rejectsWithCode(engine.wait(null), "ERR_INVALID_ARGUMENT");
+  await rejectsWithCode(engine.meta("nope"), "ERR_STREAM_NOT_FOUND");
+  await rejectsWithCode(engine.meta("s", { settle: "soon" }), "ERR_INVALID_ARGUMENT");
+  assert.throws(() => engine.setTouchConfig("s", { enabled: true, coarseIntervalMs: 0 }), (e) => e.code === "ERR_INVALID_TOUCH_CONFIG" && e.message === "profile.touch.coarseIntervalMs must be > 0");
+  assert.throws(() => engine.setTouchConfig("nope", { enabled: true }), (e) => e.code === "ERR_STREAM_NOT_FOUND");
+  await store.createStream("bin");
+  assert.throws(() => engine.setTouchConfig("bin", { enabled: true }), (e) => e.message === "state-protocol profile requires application/json stream content-type");
+  assert.throws(() => engine.activateTemplates("s", []), (e) => e.code === "ERR_INVALID_ARGUMENT" && e.message === "activate.templates must be a non-empty array");
+  assert.throws(() => new TouchEngine({}), (e) => e.code === "ERR_INVALID_ARGUMENT");
+  await closeAll(ctx);
+});
