@@ -1,0 +1,40 @@
+#!/usr/bin/env node
+// durable-touch command line.
+//
+//   durable-touch [serve] [--port 8787] [--host 127.0.0.1] [--data ./data] [--workers N]
+//   durable-touch swap <path-to-server-src> [--undo]
+//
+// `serve` (the default) starts the Live HTTP server; SIGINT/SIGTERM close it cleanly
+// (pending waits are answered, the store is closed). `swap` rewrites the reference server's
+// touch journal and worker pool modules into re-exports of durable-touch/compat.
+const argv = process.argv.slice(2);
+const command = argv[0] && !argv[0].startsWith("--") ? argv.shift() : "serve";
+const flag = (name) => {
+  const i = argv.indexOf(`--${name}`);
+  return i >= 0 ? argv[i + 1] : undefined;
+};
+
+if (command === "serve") {
+  const { startServer } = await import("../lib/server.mjs");
+  const server = await startServer({ port: flag("port"), host: flag("host"), dataDir: flag("data"), workers: flag("workers") });
+  console.log(`durable-touch listening on ${server.url} (data: ${server.store.stats().path})`);
+  const stop = async (signal) => {
+    console.log(`${signal}: closing (answering pending waits, closing the store)`);
+    await server.close();
+    process.exit(0);
+  };
+  process.once("SIGINT", () => stop("SIGINT"));
+  process.once("SIGTERM", () => stop("SIGTERM"));
+} else if (command === "swap") {
+  const { swap } = await import("../lib/swap.mjs");
+  const target = argv.find((a) => !a.startsWith("--"));
+  if (!target) {
+    console.error("usage: durable-touch swap <path-to-server-src> [--undo]");
+    process.exit(2);
+  }
+  const out = swap(target, { undo: argv.includes("--undo") });
+  for (const line of out) console.log(line);
+} else {
+  console.error(`unknown command ${command}; use "serve" or "swap"`);
+  process.exit(2);
+}

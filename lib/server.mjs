@@ -1,0 +1,369 @@
+// The Live HTTP server on the native core: a subset of the reference server's routes, backed by
+// Store + TouchEngine on an embedded SQLite file. Runs on Node's `http` or on Bun.serve.
+//
+//   PUT  /v1/stream/:name                          create (Content-Type sets the stream's type)
+//   POST /v1/stream/:name                          append a JSON record or an array of them
+//                                                  (Stream-Expected-Offset: n → 409 on mismatch)
+//   GET  /v1/stream/:name?offset=&limit=           read rows after `offset` ("-1" = start)
+//   DELETE /v1/stream/:name                        delete
+//   GET|POST /v1/stream/:name/_profile             the stream profile (state-protocol + touch)
+//   POST /v1/stream/:name/touch/templates/activate
+//   GET  /v1/stream/:name/touch/meta[?settle=flush&timeoutMs=]
+//   POST /v1/stream/:name/touch/wait
+//   GET  /v1/stats
+//
+// Errors are JSON `{ error: { code, message } }` with the native error code (ERR_*); a client
+// that disconnects aborts its wait; close() answers pending waits and closes the store.
+import { createRequire } from "node:module";
+import { mkdirSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { encodeOffset, decodeOffset } from "./offsets.mjs";
+import { validateStateProtocolRecord } from "./state-protocol.mjs";
+
+const require = createRequire(import.meta.url);
+const { Store, TouchEngine } = require("../index.js");
+
+const STATUS = {
+  ERR_INVALID_ARGUMENT: 400,
+  ERR_INVALID_TOUCH_CONFIG: 400,
+  ERR_INVALID_CURSOR: 400,
+  ERR_STREAM_NOT_FOUND: 404,
+  ERR_TOUCH_NOT_ENABLED: 404,
+  ERR_STREAM_EXPIRED: 404,
+  ERR_STREAM_EXISTS: 409,
+  ERR_SEQ_MISMATCH: 409,
+  ERR_PAYLOAD_TOO_LARGE: 413,
+  ERR_CLOSED: 503,
+};
+
+class HttpError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+const json = (status, body, headers = {}) =>
+  new Response(JSON.stringify(body, (_, v) => (typeof v === "bigint" ? v.toString() : v)), {
+    status,
+    headers: { "content-type": "application/json", ...headers },
+  });
+
+function errorResponse(e) {
+  if (e instanceof HttpError) return json(e.status, { error: { code: e.code, message: e.message } });
+  const status = STATUS[e?.code] ?? 500;
+  const code = status === 500 ? (e?.code ?? "ERR_INTERNAL") : e.code;
+  const headers = e?.code === "ERR_SEQ_MISMATCH" && e.expectedNext !== undefined ? { "stream-expected-offset": String(e.expectedNext) } : {};
+  return json(status, { error: { code, message: String(e?.message ?? e) } }, headers);
+}
+
+const badRequest = (message) => new HttpError(400, "ERR_INVALID_ARGUMENT", message);
+
+function normalizeContentType(v) {
+  if (!v) return null;
+  const base = v.split(";")[0]?.trim().toLowerCase();
+  return base || null;
+}
+
+async function readBody(req, limit) {
+  const len = Number(req.headers.get("content-length") ?? "0");
+  if (len > limit) throw new HttpError(413, "ERR_PAYLOAD_TOO_LARGE", `body too large (max ${limit})`);
+  const buf = new Uint8Array(await req.arrayBuffer());
+  if (buf.byteLength > limit) throw new HttpError(413, "ERR_PAYLOAD_TOO_LARGE", `body too large (max ${limit})`);
+  return buf;
+}
+
+async function readJson(req, limit, what) {
+  const buf = await readBody(req, limit);
+  try {
+    return JSON.parse(new TextDecoder().decode(buf));
+  } catch {
+    throw badRequest(`${what} must be valid JSON`);
+  }
+}
+
+/** The request handler (Fetch API). */
+export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024 }) {
+  async function tail(name) {
+    const info = await store.getStream(name);
+    if (!info) throw new HttpError(404, "ERR_STREAM_NOT_FOUND", `stream not found: ${name}`);
+    return info;
+  }
+
+  async function route(req) {
+    const url = new URL(req.url);
+    const path = url.pathname;
+    if (path === "/v1/stats") {
+      if (req.method !== "GET") throw new HttpError(405, "ERR_METHOD_NOT_ALLOWED", "unsupported method");
+      return json(200, { engine: engine.stats(), store: store.stats() });
+    }
+    if (!path.startsWith("/v1/stream/")) throw new HttpError(404, "ERR_NOT_FOUND", "not found");
+    const segments = path.slice("/v1/stream/".length).replace(/\/+$/, "").split("/");
+    let sub = null;
+    const last = segments.length;
+    if (last >= 3 && segments[last - 3] === "touch" && segments[last - 2] === "templates" && segments[last - 1] === "activate") {
+      sub = "activate";
+      segments.splice(last - 3, 3);
+    } else if (last >= 2 && segments[last - 2] === "touch" && (segments[last - 1] === "meta" || segments[last - 1] === "wait")) {
+      sub = segments[last - 1];
+      segments.splice(last - 2, 2);
+    } else if (segments[last - 1] === "_profile") {
+      sub = "profile";
+      segments.pop();
+    }
+    const rawName = segments.join("/");
+    if (!rawName) throw badRequest("missing stream name");
+    let name;
+    try {
+      name = decodeURIComponent(rawName);
+    } catch {
+      throw badRequest("invalid stream name");
+    }
+    const method = req.method;
+    const only = (m) => {
+      if (method !== m) throw new HttpError(405, "ERR_METHOD_NOT_ALLOWED", "unsupported method");
+    };
+
+    if (sub === "wait") {
+      only("POST");
+      const body = await readJson(req, bodyLimit, "wait body");
+      if (!body || typeof body !== "object" || Array.isArray(body)) throw badRequest("wait body must be a JSON object");
+      try {
+        const r = await engine.wait({ ...body, stream: name, signal: req.signal });
+        return json(200, r);
+      } catch (e) {
+        if (e?.code === "ERR_ABORTED") return new Response(null, { status: 204 });
+        throw e;
+      }
+    }
+    if (sub === "meta") {
+      only("GET");
+      const settle = url.searchParams.get("settle");
+      const t = url.searchParams.get("timeoutMs");
+      const timeoutMs = t == null || t.trim() === "" ? undefined : Number(t);
+      if (timeoutMs !== undefined && !Number.isFinite(timeoutMs)) throw badRequest("meta.timeoutMs must be a number (ms)");
+      if (settle !== null && settle !== "flush") throw badRequest("meta.settle must be 'flush' when provided");
+      const meta = await engine.meta(name, { settle: settle ?? undefined, timeoutMs });
+      return json(200, meta);
+    }
+    if (sub === "activate") {
+      only("POST");
+      const body = await readJson(req, bodyLimit, "activate body");
+      const options = body && typeof body === "object" && body.inactivityTtlMs !== undefined ? { inactivityTtlMs: body.inactivityTtlMs } : undefined;
+      if (options && (typeof options.inactivityTtlMs !== "number" || !(options.inactivityTtlMs >= 0))) {
+        throw badRequest("activate.inactivityTtlMs must be a non-negative number (ms)");
+      }
+      return json(200, engine.activateTemplates(name, body?.templates, options));
+    }
+    if (sub === "profile") {
+      if (method === "GET") {
+        await tail(name);
+        const touch = engine.getTouchConfig(name);
+        const profile = touch ? { kind: "state-protocol", touch } : { kind: (await tail(name)).profile ?? "generic" };
+        return json(200, { apiVersion: "durable.streams/profile/v1", profile });
+      }
+      only("POST");
+      const body = await readJson(req, bodyLimit, "profile update");
+      if (!body || typeof body !== "object" || Array.isArray(body)) throw badRequest("profile update must be a JSON object");
+      for (const k of Object.keys(body)) if (k !== "apiVersion" && k !== "profile") throw badRequest(`profileUpdate.${k} is not supported`);
+      if (body.apiVersion !== undefined && body.apiVersion !== "durable.streams/profile/v1") throw badRequest("invalid profile apiVersion");
+      if (!Object.prototype.hasOwnProperty.call(body, "profile")) throw badRequest("missing profile");
+      await tail(name);
+      const profile = engine.setProfile(name, body.profile);
+      return json(200, { apiVersion: "durable.streams/profile/v1", profile });
+    }
+
+    if (method === "PUT") {
+      const contentType = normalizeContentType(req.headers.get("content-type")) ?? "application/octet-stream";
+      const existing = await store.getStream(name);
+      if (existing) {
+        if (normalizeContentType(existing.contentType) !== contentType) throw new HttpError(409, "ERR_STREAM_EXISTS", "stream config mismatch");
+        return new Response(null, { status: 200, headers: { "stream-next-offset": encodeOffset(existing.epoch, existing.nextOffset - 1n) } });
+      }
+      const info = await store.createStream(name, { contentType });
+      return new Response(null, { status: 201, headers: { "stream-next-offset": encodeOffset(info.epoch, info.nextOffset - 1n), location: req.url } });
+    }
+    if (method === "DELETE") {
+      if (!(await store.deleteStream(name))) throw new HttpError(404, "ERR_STREAM_NOT_FOUND", `stream not found: ${name}`);
+      return new Response(null, { status: 204 });
+    }
+    if (method === "POST") {
+      const info = await tail(name);
+      const buf = await readBody(req, bodyLimit);
+      if (buf.byteLength === 0) throw badRequest("empty body");
+      const isJson = normalizeContentType(info.contentType) === "application/json";
+      let payloads;
+      if (isJson) {
+        let value;
+        try {
+          value = JSON.parse(new TextDecoder().decode(buf));
+        } catch {
+          throw badRequest("append body must be valid JSON");
+        }
+        const records = Array.isArray(value) ? value : [value];
+        if (records.length === 0) throw badRequest("empty JSON array");
+        if (info.profile === "state-protocol") {
+          for (const r of records) {
+            const err = validateStateProtocolRecord(r);
+            if (err) throw badRequest(err);
+          }
+        }
+        payloads = records.map((r) => JSON.stringify(r));
+      } else {
+        payloads = [buf];
+      }
+      const options = {};
+      const expected = req.headers.get("stream-expected-offset");
+      if (expected != null) {
+        if (!/^(0|[1-9][0-9]*)$/.test(expected.trim())) throw badRequest("invalid Stream-Expected-Offset");
+        options.expectedOffset = BigInt(expected.trim());
+      }
+      const ack = await store.append(name, payloads, options);
+      return new Response(null, { status: 204, headers: { "stream-next-offset": encodeOffset(info.epoch, ack.lastOffset) } });
+    }
+    if (method === "GET") {
+      const info = await tail(name);
+      const offsetParam = url.searchParams.get("offset") ?? "-1";
+      const after = decodeOffset(offsetParam.trim());
+      if (!after) throw badRequest("invalid offset");
+      const limitParam = url.searchParams.get("limit");
+      const limit = limitParam == null ? 1000 : Number(limitParam);
+      if (!Number.isInteger(limit) || limit < 1 || limit > 100000) throw badRequest("invalid limit");
+      const rows = await store.read(name, { from: after.seq + 1n, limit });
+      const lastSeen = rows.length ? rows[rows.length - 1].offset : after.seq;
+      const headers = { "stream-next-offset": encodeOffset(info.epoch, lastSeen), "stream-end-offset": encodeOffset(info.epoch, info.nextOffset - 1n) };
+      if (lastSeen >= info.nextOffset - 1n) headers["stream-up-to-date"] = "true";
+      if (normalizeContentType(info.contentType) === "application/json") {
+        const body = `[${rows.map((r) => r.payload.toString("utf8")).join(",")}]`;
+        return new Response(body, { status: 200, headers: { "content-type": "application/json", ...headers } });
+      }
+      return new Response(Buffer.concat(rows.map((r) => r.payload)), { status: 200, headers: { "content-type": info.contentType, ...headers } });
+    }
+    throw new HttpError(405, "ERR_METHOD_NOT_ALLOWED", "unsupported method");
+  }
+
+  return {
+    async fetch(req) {
+      try {
+        return await route(req);
+      } catch (e) {
+        return errorResponse(e);
+      }
+    },
+  };
+}
+
+/** Serves `handler` with Node's http module; a closed client connection aborts its request. */
+async function serveNode(handler, { port, host, bodyLimit }) {
+  const http = await import("node:http");
+  const sockets = new Set();
+  const server = http.createServer(async (req, res) => {
+    const ac = new AbortController();
+    res.on("close", () => {
+      if (!res.writableFinished) ac.abort();
+    });
+    try {
+      const chunks = [];
+      let size = 0;
+      let tooLarge = false;
+      for await (const c of req) {
+        size += c.length;
+        if (size > bodyLimit) {
+          tooLarge = true;
+          break;
+        }
+        chunks.push(c);
+      }
+      let response;
+      if (tooLarge) {
+        response = errorResponse(new HttpError(413, "ERR_PAYLOAD_TOO_LARGE", `body too large (max ${bodyLimit})`));
+      } else {
+        const hasBody = req.method !== "GET" && req.method !== "HEAD";
+        const request = new Request(`http://${req.headers.host ?? "localhost"}${req.url}`, {
+          method: req.method,
+          headers: req.headers,
+          body: hasBody && size > 0 ? Buffer.concat(chunks) : undefined,
+          signal: ac.signal,
+        });
+        response = await handler.fetch(request);
+      }
+      if (res.destroyed) return;
+      res.statusCode = response.status;
+      response.headers.forEach((v, k) => res.setHeader(k, v));
+      const body = response.body ? Buffer.from(await response.arrayBuffer()) : null;
+      res.end(body);
+    } catch (e) {
+      if (!res.headersSent && !res.destroyed) {
+        res.statusCode = 500;
+        res.end(JSON.stringify({ error: { code: "ERR_INTERNAL", message: String(e?.message ?? e) } }));
+      }
+    }
+  });
+  server.on("connection", (s) => {
+    sockets.add(s);
+    s.on("close", () => sockets.delete(s));
+  });
+  server.keepAliveTimeout = 130_000;
+  server.requestTimeout = 0;
+  server.headersTimeout = 140_000;
+  await new Promise((r) => server.listen(port, host, r));
+  const address = server.address();
+  return {
+    port: address.port,
+    async close() {
+      await new Promise((r) => {
+        server.close(() => r());
+        for (const s of sockets) if (!s.destroyed && s.listenerCount("data") === 0) s.end();
+        setTimeout(() => {
+          for (const s of sockets) s.destroy();
+        }, 1000).unref();
+      });
+    },
+  };
+}
+
+function serveBun(handler, { port, host }) {
+  const server = globalThis.Bun.serve({ port, hostname: host, idleTimeout: 0, fetch: (req) => handler.fetch(req) });
+  return {
+    port: server.port,
+    async close() {
+      await server.stop(false);
+    },
+  };
+}
+
+/**
+ * Starts the server. Options (env fallbacks): dataDir (DATA_DIR, "./data"), port (PORT, 8787),
+ * host (HOST, "127.0.0.1"), workers (TOUCH_WORKERS), bodyLimit (10 MiB).
+ */
+export async function startServer(opts = {}) {
+  const dataDir = resolve(opts.dataDir ?? process.env.DATA_DIR ?? "./data");
+  const port = Number(opts.port ?? process.env.PORT ?? 8787);
+  const host = opts.host ?? process.env.HOST ?? "127.0.0.1";
+  const workersRaw = opts.workers ?? process.env.TOUCH_WORKERS;
+  const workers = workersRaw === undefined || workersRaw === "" ? undefined : Number(workersRaw);
+  const bodyLimit = opts.bodyLimit ?? 10 * 1024 * 1024;
+  mkdirSync(dataDir, { recursive: true });
+  const store = Store.open(join(dataDir, "durable-touch.sqlite"));
+  const engine = new TouchEngine(store, workers === undefined ? {} : { workers });
+  const handler = createHandler({ store, engine, bodyLimit });
+  const http = typeof globalThis.Bun !== "undefined" ? serveBun(handler, { port, host }) : await serveNode(handler, { port, host, bodyLimit });
+  const url = `http://${host}:${http.port}`;
+  let closing = null;
+  return {
+    url,
+    port: http.port,
+    store,
+    engine,
+    /** Answers pending waits (touched: false), stops listening and closes the store. */
+    close() {
+      closing ??= (async () => {
+        await engine.close();
+        await http.close();
+        await store.close();
+      })();
+      return closing;
+    },
+  };
+}
