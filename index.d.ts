@@ -66,6 +66,9 @@ export interface AppendResult {
   nextOffset: bigint
 }
 
+/** Threads in the native processor pool (batches run in parallel up to this many). */
+export declare function processorThreads(): number
+
 /** The request of `processRows` (the reference worker's `ProcessRequest`). */
 export interface ProcessRequest {
   stream: string

@@ -836,6 +836,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.Store = nativeBinding.Store
+module.exports.processorThreads = nativeBinding.processorThreads
 module.exports.processRows = nativeBinding.processRows
 module.exports.validateStateProtocolProfile = nativeBinding.validateStateProtocolProfile
 module.exports.validateTouchConfig = nativeBinding.validateTouchConfig

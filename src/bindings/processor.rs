@@ -380,3 +380,9 @@ pub struct ProcessResultJs {
     pub touches: Vec<TouchRow>,
     pub stats: ProcessStatsJs,
 }
+
+/// Threads in the native processor pool (batches run in parallel up to this many).
+#[napi]
+pub fn processor_threads() -> u32 {
+    pool::threads() as u32
+}
