@@ -34,7 +34,11 @@ fn main() {
         on_missing_before: OnMissingBefore::Coarse,
         fine_touch_budget_per_batch: budget,
     };
+    let only = std::env::args().nth(2);
     for (name, fine) in [("coarse", false), ("fine", true)] {
+        if only.as_deref().is_some_and(|o| o != name) {
+            continue;
+        }
         for _ in 0..3 {
             let t0 = Instant::now();
             let mut touches = 0;
