@@ -240,6 +240,9 @@ export interface ParsedTouchCursor {
 /** J3: `{ epoch, generation }` for `<epochHex16>:<digits>` (trimmed; epoch lowercased), else null. */
 export declare function parseTouchCursor(raw: string): ParsedTouchCursor | null
 
+/** Threads in the native processor pool (batches run in parallel up to this many). */
+export declare function processorThreads(): number
+
 /** The request of `processRows` (the reference worker's `ProcessRequest`). */
 export interface ProcessRequest {
   stream: string

@@ -840,6 +840,7 @@ module.exports.TouchEngine = nativeBinding.TouchEngine
 module.exports.TouchJournal = nativeBinding.TouchJournal
 module.exports.formatTouchCursor = nativeBinding.formatTouchCursor
 module.exports.parseTouchCursor = nativeBinding.parseTouchCursor
+module.exports.processorThreads = nativeBinding.processorThreads
 module.exports.processRows = nativeBinding.processRows
 module.exports.validateStateProtocolProfile = nativeBinding.validateStateProtocolProfile
 module.exports.validateTouchConfig = nativeBinding.validateTouchConfig

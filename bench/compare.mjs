@@ -22,6 +22,17 @@ export const BENCHES = {
       ["batch1024 rows/s", "B1-append", "results.batch1024.medianRowsPerSec", "B1-append", "results.batch1024.medianRowsPerSec", "higher"],
     ],
   },
+  process: {
+    // --capture 0: the reference B3 script would otherwise write its fixture next to the
+    // installed reference (inside node_modules).
+    reference: [{ script: "b2-process-coarse.ts" }, { script: "b3-process-fine.ts", args: ["--capture", "0"] }],
+    metrics: [
+      ["coarse rows/s, one thread vs one worker", "B2-process-coarse", "results.medianRowsPerSec", "B2-process-coarse", "results.medianRowsPerSec", "higher"],
+      ["coarse rows/s, all cores vs one worker", "B2-process-coarse", "results.allCores.medianRowsPerSec", "B2-process-coarse", "results.medianRowsPerSec", "higher"],
+      ["fine rows/s, one thread vs one worker", "B3-process-fine", "results.medianRowsPerSec", "B3-process-fine", "results.medianRowsPerSec", "higher"],
+      ["fine rows/s, all cores vs one worker", "B3-process-fine", "results.allCores.medianRowsPerSec", "B3-process-fine", "results.medianRowsPerSec", "higher"],
+    ],
+  },
 };
 
 export function compare(name, ours, refs) {

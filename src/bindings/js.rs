@@ -540,3 +540,114 @@ impl<'a> Out<'a> {
 pub fn unknown<'env>(env: &'env Env, v: sys::napi_value) -> napi::bindgen_prelude::Unknown<'env> {
     unsafe { napi::bindgen_prelude::Unknown::from_raw_unchecked(env.raw(), v) }
 }
+
+// ---------------------------------------------------------------- small JS helpers
+
+thread_local! {
+    /// Functions compiled with `napi_run_script`, per JS thread (one environment each).
+    static SCRIPTS: std::cell::RefCell<Vec<(&'static str, sys::napi_ref)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A JS function compiled once per thread from `source` (an expression evaluating to a
+/// function). Used where building or reading many JS objects is far cheaper in JIT-compiled
+/// JS than through one N-API call per property.
+pub fn script_fn(env: &Env, source: &'static str) -> napi::Result<sys::napi_value> {
+    let raw = env.raw();
+    let cached = SCRIPTS.with(|s| s.borrow().iter().find(|(src, _)| std::ptr::eq(*src, source)).map(|(_, r)| *r));
+    if let Some(r) = cached {
+        let mut v = ptr::null_mut();
+        napi_ok(unsafe { sys::napi_get_reference_value(raw, r, &mut v) })?;
+        if !v.is_null() {
+            return Ok(v);
+        }
+    }
+    let out = Out::new(env);
+    let code = out.str(source)?;
+    let mut f = ptr::null_mut();
+    napi_ok(unsafe { sys::napi_run_script(raw, code, &mut f) })?;
+    let mut r = ptr::null_mut();
+    napi_ok(unsafe { sys::napi_create_reference(raw, f, 1, &mut r) })?;
+    SCRIPTS.with(|s| s.borrow_mut().push((source, r)));
+    Ok(f)
+}
+
+/// Calls `f(args…)`; a JS exception becomes `Err(message)` (and is cleared).
+pub fn call(env: &Env, f: sys::napi_value, args: &[sys::napi_value]) -> std::result::Result<sys::napi_value, String> {
+    let raw = env.raw();
+    let mut global = ptr::null_mut();
+    unsafe { sys::napi_get_global(raw, &mut global) };
+    let mut result = ptr::null_mut();
+    let status = unsafe { sys::napi_call_function(raw, global, f, args.len(), args.as_ptr(), &mut result) };
+    if status == sys::Status::napi_ok {
+        return Ok(result);
+    }
+    let mut pending = false;
+    unsafe { sys::napi_is_exception_pending(raw, &mut pending) };
+    if !pending {
+        return Err(format!("napi call failed with status {status}"));
+    }
+    let mut exc = ptr::null_mut();
+    unsafe { sys::napi_get_and_clear_last_exception(raw, &mut exc) };
+    let js = Js { env: raw, raw: exc };
+    let message = js.get("message").ok().flatten().and_then(|m| m.string("message").ok());
+    Err(message.unwrap_or_else(|| "JavaScript exception".into()))
+}
+
+impl<'a> Out<'a> {
+    /// A typed array of `kind` holding a copy of `bytes` (`len` elements).
+    pub fn typed_array(
+        &self,
+        kind: sys::napi_typedarray_type,
+        len: usize,
+        bytes: &[u8],
+    ) -> napi::Result<sys::napi_value> {
+        let mut data = ptr::null_mut();
+        let mut ab = ptr::null_mut();
+        napi_ok(unsafe { sys::napi_create_arraybuffer(self.raw(), bytes.len(), &mut data, &mut ab) })?;
+        if !bytes.is_empty() {
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), data as *mut u8, bytes.len()) };
+        }
+        let mut ta = ptr::null_mut();
+        napi_ok(unsafe { sys::napi_create_typedarray(self.raw(), kind, len, ab, 0, &mut ta) })?;
+        Ok(ta)
+    }
+
+    /// A string of Latin-1 bytes (ASCII here).
+    pub fn latin1(&self, s: &[u8]) -> napi::Result<sys::napi_value> {
+        let mut v = ptr::null_mut();
+        napi_ok(unsafe { sys::napi_create_string_latin1(self.raw(), s.as_ptr().cast(), s.len() as isize, &mut v) })?;
+        Ok(v)
+    }
+}
+
+impl Js {
+    /// The bytes behind any typed array (its element bytes), without copying.
+    pub fn typed_bytes(&self) -> Option<(sys::napi_typedarray_type, &[u8])> {
+        let mut is_ta = false;
+        unsafe { sys::napi_is_typedarray(self.env, self.raw, &mut is_ta) };
+        if !is_ta {
+            return None;
+        }
+        let (mut kind, mut len, mut data, mut ab, mut offset) = (0, 0usize, ptr::null_mut(), ptr::null_mut(), 0usize);
+        let st = unsafe {
+            sys::napi_get_typedarray_info(self.env, self.raw, &mut kind, &mut len, &mut data, &mut ab, &mut offset)
+        };
+        if st != sys::Status::napi_ok {
+            return None;
+        }
+        let width = match kind {
+            sys::TypedarrayType::int8_array
+            | sys::TypedarrayType::uint8_array
+            | sys::TypedarrayType::uint8_clamped_array => 1,
+            sys::TypedarrayType::int16_array | sys::TypedarrayType::uint16_array => 2,
+            sys::TypedarrayType::int32_array
+            | sys::TypedarrayType::uint32_array
+            | sys::TypedarrayType::float32_array => 4,
+            _ => 8,
+        };
+        if len == 0 {
+            return Some((kind, &[]));
+        }
+        Some((kind, unsafe { std::slice::from_raw_parts(data as *const u8, len * width) }))
+    }
+}

@@ -47,6 +47,11 @@ struct Pending {
 
 type Args<'a> = SmallVec<[Cow<'a, [u8]>; 3]>;
 
+enum Slot<'m> {
+    Routing(std::collections::hash_map::VacantEntry<'m, u64, usize>),
+    Id(std::collections::hash_map::VacantEntry<'m, u32, usize>),
+}
+
 /// Keys of one kind for one template, deduplicated by key id; a repeated id keeps its place
 /// and takes the new routing key (a JS `Map.set`).
 #[derive(Default)]
@@ -68,16 +73,43 @@ impl KeySet {
     }
 }
 
+/// The coalescing state of a batch (P8). Kept per thread between batches so that its
+/// buffers (megabytes for a fine batch) are reused instead of faulted in again.
+#[derive(Default)]
+struct Coalescer {
+    /// Open entries in `Map` insertion order.
+    pending: Vec<Pending>,
+    by_routing: FxHashMap<u64, usize>,
+    by_id: FxHashMap<u32, usize>,
+    /// Entries closed by a new window, in emission order.
+    flushed: Vec<Touch>,
+    /// Sort scratch.
+    order: Vec<u32>,
+    order_tmp: Vec<u32>,
+}
+
+impl Coalescer {
+    fn clear(&mut self) {
+        self.pending.clear();
+        self.by_routing.clear();
+        self.by_id.clear();
+        self.flushed.clear();
+        self.order.clear();
+        self.order_tmp.clear();
+    }
+}
+
+thread_local! {
+    static COALESCER: std::cell::RefCell<Coalescer> = std::cell::RefCell::new(Coalescer::default());
+}
+
 struct Batch<'p> {
     plan: &'p Plan,
     templates: Vec<ActiveTemplate>,
     template_ids: Vec<String>,
     entities: FxHashMap<Vec<u8>, EntityInfo>,
     entity_names: Vec<JsString>,
-    pending: Vec<Pending>,
-    by_routing: FxHashMap<u64, usize>,
-    by_id: FxHashMap<u32, usize>,
-    flushed: Vec<Touch>,
+    co: Coalescer,
     remaining: Option<f64>,
     exhausted: bool,
     stats: ProcessStats,
@@ -90,6 +122,7 @@ struct Batch<'p> {
 pub fn process_rows(request: &ProcessRequest, rows: &[Row], templates: &[TemplateRow]) -> Result<ProcessResult> {
     let plan = request.plan()?;
     let mut batch = Batch::new(&plan, if plan.emit_fine { templates } else { &[] });
+    batch.reserve(rows.len());
     let mut processed_through = request.from_offset - 1;
     let mut last_offset: Option<i64> = None;
     // Template-key touches of hotTemplatesOnly mode, per entity in first-seen order:
@@ -167,10 +200,7 @@ impl<'p> Batch<'p> {
             template_ids: Vec::new(),
             entities: FxHashMap::default(),
             entity_names: Vec::new(),
-            pending: Vec::new(),
-            by_routing: FxHashMap::default(),
-            by_id: FxHashMap::default(),
-            flushed: Vec::new(),
+            co: COALESCER.with(|c| std::mem::take(&mut *c.borrow_mut())),
             remaining: plan.budget,
             exhausted: plan.budget.is_some_and(|b| b <= 0.0),
             stats: ProcessStats::default(),
@@ -211,6 +241,15 @@ impl<'p> Batch<'p> {
         b
     }
 
+    /// Room for the touches of `rows` rows (about one per template per row, plus tables).
+    fn reserve(&mut self, rows: usize) {
+        let per_row = if self.templates.is_empty() { 0 } else { 8 };
+        let expected = (rows * per_row).min(1 << 20);
+        self.co.pending.reserve(expected);
+        self.co.by_routing.reserve(expected);
+        self.co.flushed.reserve(expected / 4);
+    }
+
     fn entity(&mut self, name: &[u8]) -> &mut EntityInfo {
         if !self.entities.contains_key(name) {
             let index = self.entity_names.len() as u32;
@@ -229,43 +268,54 @@ impl<'p> Batch<'p> {
     /// P8 + P9: queue a touch, coalescing by routing key (or key id) within `window` ms of
     /// the entry's first row, and charging new fine entries to the budget.
     fn queue(&mut self, touch: Touch, ts: f64, window: f64) {
-        let prev = match touch.routing_key {
-            Some(r) => self.by_routing.get(&r).copied(),
-            None => self.by_id.get(&touch.key_id).copied(),
+        let co = &mut self.co;
+        let next = co.pending.len();
+        // One probe: find the entry, or reserve its slot (dropped again if the budget says no).
+        let (prev, slot) = match touch.routing_key {
+            Some(r) => match co.by_routing.entry(r) {
+                std::collections::hash_map::Entry::Occupied(e) => (Some(*e.get()), None),
+                std::collections::hash_map::Entry::Vacant(e) => (None, Some(Slot::Routing(e))),
+            },
+            None => match co.by_id.entry(touch.key_id) {
+                std::collections::hash_map::Entry::Occupied(e) => (Some(*e.get()), None),
+                std::collections::hash_map::Entry::Vacant(e) => (None, Some(Slot::Id(e))),
+            },
         };
-        if touch.kind != TouchKind::Table && prev.is_none() {
-            if let Some(_budget) = self.plan.budget {
-                if !self.exhausted {
-                    let remaining = self.remaining.unwrap_or(0.0);
-                    if remaining <= 0.0 {
-                        self.exhausted = true;
-                        self.stats.fine_touches_suppressed_due_to_budget = true;
-                        self.stats.fine_touches_dropped_due_to_budget += 1.0;
-                        return;
-                    }
-                    self.remaining = Some(remaining - 1.0);
-                } else {
+        if touch.kind != TouchKind::Table && prev.is_none() && self.plan.budget.is_some() {
+            if !self.exhausted {
+                let remaining = self.remaining.unwrap_or(0.0);
+                if remaining <= 0.0 {
+                    self.exhausted = true;
                     self.stats.fine_touches_suppressed_due_to_budget = true;
                     self.stats.fine_touches_dropped_due_to_budget += 1.0;
                     return;
                 }
+                self.remaining = Some(remaining - 1.0);
+            } else {
+                self.stats.fine_touches_suppressed_due_to_budget = true;
+                self.stats.fine_touches_dropped_due_to_budget += 1.0;
+                return;
             }
         }
         match prev {
             None => {
-                let i = self.pending.len();
-                self.pending.push(Pending { touch, window_start: ts });
-                match touch.routing_key {
-                    Some(r) => self.by_routing.insert(r, i),
-                    None => self.by_id.insert(touch.key_id, i),
-                };
+                match slot {
+                    Some(Slot::Routing(e)) => {
+                        e.insert(next);
+                    }
+                    Some(Slot::Id(e)) => {
+                        e.insert(next);
+                    }
+                    None => {}
+                }
+                co.pending.push(Pending { touch, window_start: ts });
             }
             Some(i) => {
-                let p = &mut self.pending[i];
+                let p = &mut co.pending[i];
                 if ts - p.window_start < window {
                     p.touch.watermark = touch.watermark;
                 } else {
-                    self.flushed.push(p.touch);
+                    co.flushed.push(p.touch);
                     *p = Pending { touch, window_start: ts };
                 }
             }
@@ -456,10 +506,66 @@ impl<'p> Batch<'p> {
     }
 
     fn finish(mut self, stream: String, processed_through: i64) -> ProcessResult {
-        let mut touches = std::mem::take(&mut self.flushed);
-        touches.extend(self.pending.iter().map(|p| p.touch));
-        // P11: stable sort by keyId, routing key ("" first), watermark.
-        touches.sort_by_key(|t| (t.key_id, t.routing_key.map_or(0u128, |r| r as u128 + 1), t.watermark));
+        let co = &mut self.co;
+        let emitted = co.flushed.len() + co.pending.len();
+        let touch_at = |co: &Coalescer, i: u32| -> Touch {
+            let i = i as usize;
+            if i < co.flushed.len() {
+                co.flushed[i]
+            } else {
+                co.pending[i - co.flushed.len()].touch
+            }
+        };
+        // P11: a stable sort by keyId, then routing key ("" first), then watermark. A stable
+        // LSD radix sort on the key id keeps emission order among equal ids; runs of equal
+        // ids (rare) are then sorted stably by (routing key, watermark).
+        co.order.clear();
+        co.order.extend(0..emitted as u32);
+        co.order_tmp.resize(emitted, 0);
+        let keys: Vec<u32> = (0..emitted as u32).map(|i| touch_at(co, i).key_id).collect();
+        for shift in [0u32, 8, 16, 24] {
+            let mut counts = [0usize; 257];
+            for &i in &co.order {
+                counts[((keys[i as usize] >> shift) & 0xFF) as usize + 1] += 1;
+            }
+            for b in 1..257 {
+                counts[b] += counts[b - 1];
+            }
+            for &i in &co.order {
+                let b = ((keys[i as usize] >> shift) & 0xFF) as usize;
+                co.order_tmp[counts[b]] = i;
+                counts[b] += 1;
+            }
+            std::mem::swap(&mut co.order, &mut co.order_tmp);
+        }
+        let mut start = 0;
+        while start < emitted {
+            let k = keys[co.order[start] as usize];
+            let mut end = start + 1;
+            while end < emitted && keys[co.order[end] as usize] == k {
+                end += 1;
+            }
+            if end - start > 1 {
+                let (flushed, pending) = (&co.flushed, &co.pending);
+                let at = |i: u32| {
+                    let i = i as usize;
+                    if i < flushed.len() {
+                        flushed[i]
+                    } else {
+                        pending[i - flushed.len()].touch
+                    }
+                };
+                co.order[start..end].sort_by_key(|&i| {
+                    let t = at(i);
+                    (t.routing_key.is_some(), t.routing_key.unwrap_or(0), t.watermark)
+                });
+            }
+            start = end;
+        }
+        let touches: Vec<Touch> = co.order.iter().map(|&i| touch_at(co, i)).collect();
+        let mut co = std::mem::take(&mut self.co);
+        co.clear();
+        COALESCER.with(|c| *c.borrow_mut() = co);
         let mut stats = self.stats;
         stats.touches_emitted = touches.len() as f64;
         stats.table_touches_emitted = touches.iter().filter(|t| t.kind == TouchKind::Table).count() as f64;

@@ -1,0 +1,132 @@
+// Differential test: processRows against the reference's real TouchProcessorWorkerPool (under
+// Bun, temp DB): the nine P17 scenarios, then random workloads with malformed records, odd
+// templates and every request option (P1-P17).
+import assert from "node:assert/strict";
+import { test, dt } from "./harness.mjs";
+import { runReference, referenceAvailable } from "./reference.mjs";
+import { rng } from "./support/random-cases.mjs";
+import { randomRows, randomTemplates, randomRequest } from "./support/random-records.mjs";
+
+const img = (author, title) => ({ id: 1, authorId: author, status: "published", title });
+const P17_ROWS = [
+  [1000, { type: "public.posts", key: "1", value: img(42, "A"), headers: { operation: "insert" } }],
+  [1010, { type: "public.posts", key: "1", value: img(42, "B"), old_value: img(42, "A"), headers: { operation: "update" } }],
+  [1020, { type: "public.posts", key: "1", value: img(43, "B"), old_value: img(42, "B"), headers: { operation: "update" } }],
+  [1030, { type: "public.posts", key: "1", value: img(43, "C"), headers: { operation: "update" } }],
+  [1500, { type: "public.posts", key: "1", old_value: img(43, "C"), headers: { operation: "delete" } }],
+  [1600, { headers: { control: "reset" } }],
+  [1650, "{not json"],
+  [1700, { type: "public.users", key: "9", value: { id: 9 }, headers: { operation: "insert" } }],
+].map(([tsMs, v]) => ({ tsMs, payload: Buffer.from(typeof v === "string" ? v : JSON.stringify(v)) }));
+const P17_TEMPLATE = { templateId: "87e41f4a8d440298", entity: "public.posts", fields: ["authorId", "status"], encodings: ["int64", "string"], activeFromSourceOffset: 0 };
+
+function p17Requests() {
+  const touch = (extra = {}) => ({ kind: "state-protocol", touch: { enabled: true, fineTouchBudgetPerBatch: 2000, ...extra } });
+  const a = { fromOffset: 0n, toOffset: 7n, maxRows: 500, maxBytes: 4 * 1024 * 1024, profile: touch(), fineTouchBudget: 2000, fineGranularity: "key", processingMode: "full" };
+  return {
+    A: a,
+    B: { ...a, profile: touch({ onMissingBefore: "skipBefore" }) },
+    C: { ...a, profile: touch({ onMissingBefore: "error" }) },
+    D: { ...a, fineGranularity: "template", processingMode: "hotTemplatesOnly", fineTouchBudget: 200 },
+    E: { ...a, fineTouchBudget: 2 },
+    F: { ...a, emitFineTouches: false, maxRows: 3 },
+    G: { ...a, filterHotTemplates: true, hotTemplateIds: [] },
+    H: { ...a, fineGranularity: "template" },
+    I: { ...a, profile: touch({ coarseIntervalMs: 1000 }) },
+  };
+}
+
+/** Our side of one scenario: the same rows, templates and requests through processRows. */
+async function ours(scenario, si) {
+  const rows = scenario.rows.map((r, i) => ({ offset: BigInt(i), tsMs: r.tsMs, payload: r.payload }));
+  const out = [];
+  for (const req of scenario.requests) {
+    try {
+      const res = await dt.processRows(rows, { ...req, stream: `s${si}` }, scenario.templates);
+      out.push({ ok: res });
+    } catch (e) {
+      out.push({ error: e.message, code: e.code });
+    }
+  }
+  return out;
+}
+
+function forReference(scenarios) {
+  return {
+    scenarios: scenarios.map((s) => ({
+      rows: s.rows.map((r) => ({ tsMs: r.tsMs, payloadBase64: r.payload.toString("base64") })),
+      templates: s.templates.map((t) => ({ templateId: t.templateId, entity: t.entity, fieldsJson: JSON.stringify(t.fields), encodingsJson: JSON.stringify(t.encodings), activeFromSourceOffset: Number(t.activeFromSourceOffset) })),
+      requests: s.requests,
+    })),
+  };
+}
+
+/** JSON form, as a message would carry it (undefined properties dropped). */
+const norm = (v) => JSON.parse(JSON.stringify(v, (_, x) => (typeof x === "bigint" ? `${x}n` : x)));
+
+function compare(name, mine, theirs, mismatches) {
+  if (theirs.error !== undefined) {
+    if (mine.error !== theirs.error) mismatches.push({ name, ours: mine, reference: theirs });
+    return;
+  }
+  if (mine.error !== undefined) {
+    mismatches.push({ name, ours: mine, reference: { ok: "(result)" } });
+    return;
+  }
+  const a = norm(mine.ok);
+  const b = norm(theirs.ok);
+  try {
+    assert.deepStrictEqual(a, b);
+  } catch {
+    const i = a.touches.findIndex((t, k) => JSON.stringify(t) !== JSON.stringify(b.touches[k]));
+    mismatches.push({ name, stats: [a.stats, b.stats], processedThrough: [a.processedThrough, b.processedThrough], counts: [a.touches.length, b.touches.length], firstDiff: i, ours: a.touches[i], reference: b.touches[i] });
+  }
+}
+
+test("P17: the nine reference scenarios give identical results", async () => {
+  const reqs = p17Requests();
+  const scenario = { rows: P17_ROWS, templates: [P17_TEMPLATE], requests: Object.values(reqs) };
+  const [expected] = await runReference("process", forReference([scenario]));
+  const mine = await ours(scenario, 0);
+  const mismatches = [];
+  Object.keys(reqs).forEach((name, i) => compare(name, mine[i], expected[i], mismatches));
+  assert.deepEqual(mismatches, []);
+  // The checklist's vectors, spelled out (run A and the error of C).
+  const a = mine[0].ok;
+  assert.deepEqual(a.touches.map((t) => `${t.keyId}@${t.watermark}`), ["485442817@7", "1042752078@2", "1617705133@1", "2231537764@2", "2231537764@4", "2528729918@2", "3117452744@3", "3117452744@4", "3556602687@2", "3556602687@4"]);
+  assert.equal(a.processedThrough, 7n);
+  assert.deepEqual(mine[2], { error: "missing old_value for update (entity=public.posts, templateId=87e41f4a8d440298)", code: "ERR_PROCESSING" });
+  assert.equal(mine[5].ok.processedThrough, 2n);
+  assert.equal(mine[6].ok.stats.fineTouchesSkippedColdTemplate, 5);
+  // Table touches carry routingKey/templateId as undefined own properties, like the worker's.
+  assert.ok("routingKey" in a.touches[0] && a.touches[0].routingKey === undefined);
+}, { timeout: 120_000, skip: !referenceAvailable() });
+
+test("random workloads with malformed records match the reference request by request", async () => {
+  const r = rng(99);
+  const scenarios = [];
+  for (let s = 0; s < 24; s++) {
+    const n = 40 + r.int(260);
+    const rows = randomRows(r, n);
+    const templates = randomTemplates(r, dt.keys);
+    const requests = [...Array(5)].map(() => randomRequest(r, n, templates.map((t) => t.templateId)));
+    scenarios.push({ rows, templates, requests });
+  }
+  const expected = await runReference("process", forReference(scenarios));
+  const mismatches = [];
+  let compared = 0;
+  let touches = 0;
+  let errors = 0;
+  for (let s = 0; s < scenarios.length; s++) {
+    const mine = await ours(scenarios[s], s);
+    for (let i = 0; i < mine.length; i++) {
+      compare(`scenario ${s} request ${i}`, mine[i], expected[s][i], mismatches);
+      compared++;
+      if (expected[s][i].ok) touches += expected[s][i].ok.touches.length;
+      else errors++;
+    }
+  }
+  assert.deepEqual(mismatches.slice(0, 5), [], `${mismatches.length} of ${compared} requests differ`);
+  assert.ok(touches > 1000, `only ${touches} touches compared`);
+  assert.ok(errors > 0 && errors < compared / 2, `${errors} errors`);
+}, { timeout: 180_000, skip: !referenceAvailable() });

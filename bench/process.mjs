@@ -1,0 +1,138 @@
+// B2 (process-coarse) and B3 (process-fine): touch processor throughput through processRows,
+// on one thread (one batch in flight at a time, like the reference's single worker) and on
+// all cores (every batch of the pass in flight at once; the native pool runs one per core).
+//
+//   node bench/process.mjs [--runs 3] [--n 200000] [--nFine 100000] [--seed 1]
+//
+// Same workload and requests as bench/reference/b2-process-coarse.ts / b3-process-fine.ts:
+// the first n records of gen-workload.mjs, ts_ms = T0 + offset, batches of maxRows 10,000
+// (maxBytes 64 MiB); B2 with emitFineTouches=false and budget 0, B3 with the 24 templates,
+// key granularity and an unlimited budget. Rows are prepared before timing; each request
+// gets the rows of its range (what a host's WAL range read returns). Time includes reading
+// the rows from JS, processing and building the touch objects on the JS thread. Prints one
+// JSON line per benchmark.
+import { cpus, loadavg } from "node:os";
+import { createRequire } from "node:module";
+import { workloadRows, activeTemplates, requestBase, canonicalSha } from "./process-workload.mjs";
+
+const dt = createRequire(import.meta.url)("../index.js");
+const REFERENCE_SHA_20K = "0ada709b038b9664d18d07338b107faa64120f1f3eef7c32b5bfb4a5b819892c";
+
+function arg(name, def) {
+  const argv = process.argv.slice(2);
+  const i = argv.indexOf(`--${name}`);
+  if (i >= 0 && argv[i + 1] !== undefined) return Number(argv[i + 1]);
+  const eq = argv.find((a) => a.startsWith(`--${name}=`));
+  return eq ? Number(eq.slice(name.length + 3)) : def;
+}
+const RUNS = arg("runs", 3);
+const N = arg("n", 200_000);
+const N_FINE = arg("nFine", 100_000);
+const SEED = arg("seed", 1);
+const BATCH = 10_000;
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+const round = (x, d = 1) => Math.round(x * 10 ** d) / 10 ** d;
+const log = (m) => process.stderr.write(`[process] ${m}\n`);
+
+function env() {
+  return { runtime: typeof Bun !== "undefined" ? `bun ${Bun.version}` : `node ${process.version}`, cpus: cpus().length, cpuModel: cpus()[0]?.model, loadavg: loadavg().map((x) => round(x, 2)), processorThreads: dt.processorThreads?.() };
+}
+
+/** One pass over [0, n-1]: sequential batches, or all batches in flight at once. */
+async function pass(rows, base, templates, { parallel, capture = 0 }) {
+  const n = rows.length;
+  const toOffset = BigInt(n - 1);
+  const one = (from) => dt.processRows(rows.slice(from, from + BATCH), { ...base, fromOffset: BigInt(from), toOffset }, templates);
+  const t0 = performance.now();
+  const results = [];
+  if (parallel) {
+    const starts = [];
+    for (let f = 0; f < n; f += BATCH) starts.push(f);
+    results.push(...(await Promise.all(starts.map(one))));
+  } else {
+    let from = 0;
+    while (from < n) {
+      const r = await one(from);
+      results.push(r);
+      from = Number(r.processedThrough) + 1;
+    }
+  }
+  const seconds = (performance.now() - t0) / 1000;
+  const sum = (f) => results.reduce((a, r) => a + f(r), 0);
+  const rowsRead = sum((r) => r.stats.rowsRead);
+  if (rowsRead !== n) throw new Error(`rowsRead ${rowsRead} != ${n}`);
+  const captured = capture ? results.filter((r) => r.processedThrough < BigInt(capture)).flatMap((r) => r.touches) : null;
+  return {
+    seconds: round(seconds, 4),
+    rowsPerSec: round(n / seconds),
+    batches: results.length,
+    rowsRead,
+    bytesRead: sum((r) => r.stats.bytesRead),
+    changes: sum((r) => r.stats.changes),
+    touches: sum((r) => r.touches.length),
+    tableTouches: sum((r) => r.stats.tableTouchesEmitted),
+    templateTouches: sum((r) => r.stats.templateTouchesEmitted),
+    dropped: sum((r) => r.stats.fineTouchesDroppedDueToBudget),
+    captured,
+  };
+}
+
+async function bench(name, n, kind, templates) {
+  log(`${name}: generating ${n} records`);
+  const rows = workloadRows(n, SEED);
+  const payloadBytes = rows.reduce((a, r) => a + r.payload.length, 0);
+  const base = requestBase(kind);
+  await pass(rows.slice(0, BATCH), base, templates, { parallel: false }); // warm-up
+  const single = [];
+  const multi = [];
+  let fixture = null;
+  for (let i = 0; i < RUNS; i++) {
+    const p = await pass(rows, base, templates, { parallel: false, capture: kind === "fine" && i === 0 ? 20_000 : 0 });
+    if (p.captured) fixture = { firstRecords: 20_000, touches: p.captured.length, sha256Canonical: canonicalSha(p.captured) };
+    delete p.captured;
+    log(`${name} run ${i + 1}/${RUNS} one thread: ${p.rowsPerSec} rows/s (${p.seconds}s, ${p.touches} touches)`);
+    single.push(p);
+    const q = await pass(rows, base, templates, { parallel: true });
+    delete q.captured;
+    log(`${name} run ${i + 1}/${RUNS} all cores: ${q.rowsPerSec} rows/s`);
+    multi.push(q);
+  }
+  const first = single[0];
+  if (fixture) fixture.matchesReference = fixture.sha256Canonical === REFERENCE_SHA_20K;
+  const line = {
+    bench: name,
+    driver: "durable-touch processRows (native rayon pool); one thread = one batch in flight, all cores = every batch in flight",
+    request: { maxRows: BATCH, maxBytes: base.maxBytes, emitFineTouches: base.emitFineTouches, fineTouchBudget: base.fineTouchBudget, fineGranularity: base.fineGranularity, processingMode: base.processingMode },
+    workload: { generator: "bench/gen-workload.mjs", n, seed: SEED, payloadBytes, tsMs: "T0_MS + offset", templates: templates.length },
+    runs: RUNS,
+    env: env(),
+    results: {
+      medianRowsPerSec: round(median(single.map((p) => p.rowsPerSec))),
+      medianMBPerSec: round(median(single.map((p) => payloadBytes / 1e6 / p.seconds)), 3),
+      medianSeconds: round(median(single.map((p) => p.seconds)), 4),
+      batches: first.batches,
+      rowsRead: first.rowsRead,
+      changes: first.changes,
+      touches: first.touches,
+      tableTouches: first.tableTouches,
+      templateTouches: first.templateTouches,
+      fineTouchesDroppedDueToBudget: first.dropped,
+      runs: single.map((p) => ({ rowsPerSec: p.rowsPerSec, seconds: p.seconds, touches: p.touches })),
+      allCores: {
+        threads: env().processorThreads ?? cpus().length,
+        medianRowsPerSec: round(median(multi.map((p) => p.rowsPerSec))),
+        medianSeconds: round(median(multi.map((p) => p.seconds)), 4),
+        runs: multi.map((p) => ({ rowsPerSec: p.rowsPerSec, seconds: p.seconds, touches: p.touches })),
+      },
+    },
+  };
+  if (fixture) line.fixture = fixture;
+  console.log(JSON.stringify(line));
+}
+
+await bench("B2-process-coarse", N, "coarse", []);
+await bench("B3-process-fine", N_FINE, "fine", activeTemplates());
