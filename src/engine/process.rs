@@ -303,7 +303,8 @@ impl Inner {
             if created {
                 st.journals_created += 1;
             }
-            (j, coarsened && !result.touches.is_empty())
+            let uncovered = result.stats.uncovered_changes > 0.0 || result.stats.control_records > 0.0;
+            (j, (coarsened && !result.touches.is_empty()) || uncovered)
         };
         journal.set_coalesce_ms(adaptive_coalesce_ms(cfg.memory.bucket_ms, remaining, plan.has_waiters));
         let mut compensation = 0.0;
@@ -316,7 +317,28 @@ impl Inner {
         if catch_all.is_some() {
             compensation += 1.0;
         }
-        journal.touch_many(touches.into_iter().chain(catch_all));
+        // A control record (reset, snapshot) may change any query: touch every template key
+        // and every template entity's table key as well.
+        let mut reset_touches = Vec::new();
+        if result.stats.control_records > 0.0 {
+            for t in &templates_rows {
+                let Some(bits) = crate::keys::template_bits(&t.template_id) else { continue };
+                reset_touches.push(JournalTouch {
+                    key_id: crate::keys::key_id(crate::keys::template_key(bits)),
+                    source_offset: Some(processed_through),
+                    routing_key: None,
+                });
+                reset_touches.push(JournalTouch {
+                    key_id: crate::keys::key_id(crate::keys::table_key(crate::jscompat::string::trim(
+                        t.entity.as_bytes(),
+                    ))),
+                    source_offset: Some(processed_through),
+                    routing_key: None,
+                });
+            }
+            compensation += reset_touches.len() as f64;
+        }
+        journal.touch_many(touches.into_iter().chain(catch_all).chain(reset_touches));
 
         // Totals (M15), mode, checkpoint.
         {
@@ -429,6 +451,7 @@ impl Inner {
         req.fine_granularity = plan.granularity;
         req.processing_mode =
             if plan.granularity == Granularity::Template { Mode::HotTemplatesOnly } else { Mode::Full };
+        req.complete = true;
         req
     }
 

@@ -17,7 +17,7 @@ use crate::changes::{
 };
 use crate::error::{Error, Result};
 use crate::jscompat::json::{number_value, Scalar};
-use crate::jscompat::string::{is_blank, JsString};
+use crate::jscompat::string::{is_blank, trim, JsString};
 use crate::keys::{self, encode_template_arg, ArgValue, Encoding, KeyHasher};
 use crate::spec::OnMissingBefore;
 
@@ -156,7 +156,14 @@ pub fn process_rows(request: &ProcessRequest, rows: &[Row], templates: &[Templat
             batch.stats.max_source_ts_ms = ts;
         }
         let text = decode_payload(&row.payload);
-        let Record::Change(change) = read_record(&text, capture_images) else { continue };
+        let change = match read_record(&text, capture_images) {
+            Record::Change(change) => change,
+            Record::NoChange if plan.complete && is_control_record(&text) => {
+                batch.stats.control_records += 1.0;
+                continue;
+            }
+            _ => continue,
+        };
         batch.stats.changes += 1.0;
         batch.change(&change, row.offset, ts, &mut template_only)?;
     }
@@ -332,8 +339,8 @@ impl<'p> Batch<'p> {
     ) -> Result<()> {
         let plan = self.plan;
         let info = self.entity(&ch.entity[..]);
-        let (entity, table_key_id, cold) = (info.index, info.table_key_id, info.cold);
-        let has_templates = !info.templates.is_empty();
+        let (mut entity, table_key_id, mut cold) = (info.index, info.table_key_id, info.cold);
+        let mut has_templates = !info.templates.is_empty();
         self.queue(
             Touch {
                 key_id: table_key_id,
@@ -346,6 +353,20 @@ impl<'p> Batch<'p> {
             ts,
             plan.coarse_window_ms,
         );
+        // Complete mode, B19: templates are declared with trimmed entities, so a change whose
+        // `type` has surrounding spaces is matched (and table-touched) as the trimmed entity too.
+        let trimmed = trim(&ch.entity[..]);
+        let lookup: &[u8] = if plan.complete { trimmed } else { &ch.entity[..] };
+        if plan.complete && trimmed.len() != ch.entity.len() {
+            let info = self.entity(trimmed);
+            (entity, cold, has_templates) = (info.index, info.cold, !info.templates.is_empty());
+            let key_id = info.table_key_id;
+            self.queue(
+                Touch { key_id, routing_key: None, watermark: offset, entity, kind: TouchKind::Table, template: None },
+                ts,
+                plan.coarse_window_ms,
+            );
+        }
         if !plan.emit_fine || self.exhausted {
             return Ok(());
         }
@@ -366,9 +387,10 @@ impl<'p> Batch<'p> {
             }
             return Ok(());
         }
-        let tpls = std::mem::take(&mut self.entity(&ch.entity[..]).templates);
+        let lookup = lookup.to_vec();
+        let tpls = std::mem::take(&mut self.entity(&lookup).templates);
         let result = self.templates_for_change(ch, &tpls, entity, offset, ts);
-        self.entity(&ch.entity[..]).templates = tpls;
+        self.entity(&lookup).templates = tpls;
         result
     }
 
@@ -409,6 +431,15 @@ impl<'p> Batch<'p> {
             let mut membership = KeySet::default();
             let mut projected = KeySet::default();
             self.keys_for_template(ch, t, &mut watch, &mut membership, &mut projected)?;
+            if self.plan.complete && !images_cover(ch, &self.templates[t]) {
+                // B5: the change concerns tuples its images do not name; the template key
+                // reaches every waiter of this template (the engine adds the catch-all key).
+                self.stats.uncovered_changes += 1.0;
+                self.queue(template_touch(template_key_id, None), ts, window);
+                if self.exhausted {
+                    break;
+                }
+            }
             for set in [&watch, &membership, &projected] {
                 for &(id, key) in set.0.iter() {
                     self.queue(template_touch(id, Some(key)), ts, window);
@@ -459,7 +490,10 @@ impl<'p> Batch<'p> {
                             } else if watch_after == Some(wb) {
                                 // Same tuple: one projected key per changed field (P7).
                                 if let Some(args) = &after_args {
-                                    for name in changed_projected_field_names(&ch.before, &ch.after, &tpl.fields) {
+                                    let complete = self.plan.complete;
+                                    for name in
+                                        changed_projected_field_names(&ch.before, &ch.after, &tpl.fields, complete)
+                                    {
                                         projected.set(h.projected(tpl.bits, &name, args));
                                     }
                                 }
@@ -581,6 +615,34 @@ impl<'p> Batch<'p> {
     }
 }
 
+fn is_structured(f: Field<'_>) -> bool {
+    matches!(f, Field::Value(Scalar::Object | Scalar::Array))
+}
+
+/// Complete mode: whether the change's images name every tuple it concerns for `tpl`. An
+/// image the operation needs (insert: after; delete: before; update: both) must be an object
+/// holding every template field; a field that is present but null is fine (no tuple has a
+/// null member), a missing one is not.
+fn images_cover(ch: &RowChange<'_>, tpl: &ActiveTemplate) -> bool {
+    let names = |image: &Image<'_>| -> bool {
+        image.is_object()
+            && tpl.fields.iter().all(|f| !matches!(image.get(f.as_bytes()), Some(Field::Undefined) | None))
+    };
+    match ch.op {
+        Op::Insert => names(&ch.after),
+        Op::Delete => names(&ch.before),
+        Op::Update => names(&ch.before) && names(&ch.after),
+    }
+}
+
+/// Complete mode: whether a payload that is not a change is a State Protocol control record.
+fn is_control_record(text: &str) -> bool {
+    let Ok(v) = crate::jscompat::json::parse(text) else { return false };
+    let control =
+        v.as_object().and_then(|o| o.get("headers")).and_then(|h| h.as_object()).and_then(|h| h.get("control"));
+    matches!(control.and_then(|c| c.as_str_bytes()), Some(b"reset" | b"snapshot-start" | b"snapshot-end"))
+}
+
 /// The template's args from a plain-object image (P6): each field encoded with K13; any
 /// null makes the whole image have no args.
 fn compute_args<'a>(image: &Image<'a>, tpl: &ActiveTemplate) -> Option<Args<'a>> {
@@ -617,10 +679,15 @@ fn encode_field<'a>(field: Field<'a>, enc: Encoding) -> Option<Cow<'a, [u8]>> {
 
 /// `changedProjectedFieldNames` (P7): own keys of before, then of after, without
 /// duplicates and without the template's fields, whose values are both eligible and differ.
+///
+/// With `complete` (B6), a field holding an object or an array on either side counts as
+/// changed: its content is not compared, so it may fire without a change, but never stays
+/// silent when it did change.
 fn changed_projected_field_names<'a>(
     before: &Image<'a>,
     after: &Image<'a>,
     excluded: &[JsString],
+    complete: bool,
 ) -> Vec<Cow<'a, [u8]>> {
     let mut names: Vec<Cow<'a, [u8]>> = Vec::new();
     for (name, _) in before.own_entries().into_iter().chain(after.own_entries()) {
@@ -636,6 +703,9 @@ fn changed_projected_field_names<'a>(
             }
             let b = before.get(name).unwrap_or(Field::Undefined);
             let a = after.get(name).unwrap_or(Field::Undefined);
+            if complete && (is_structured(b) || is_structured(a)) {
+                return true;
+            }
             is_projected_field_value(b) && is_projected_field_value(a) && !fields_equal(b, a)
         })
         .collect()
@@ -643,3 +713,6 @@ fn changed_projected_field_names<'a>(
 
 #[cfg(test)]
 pub(crate) mod tests;
+
+#[cfg(test)]
+mod complete_tests;

@@ -155,6 +155,12 @@ pub struct ProcessRequest {
     pub filter_hot_templates: bool,
     /// The string elements of `hotTemplateIds`.
     pub hot_template_ids: Vec<String>,
+    /// Ours, off for `processRows` (which must match the reference): also emit what a waiter
+    /// needs when the reference would emit nothing it listens to — a template-key touch for a
+    /// change whose images cannot be turned into fine keys (B5), projected keys for changed
+    /// object and array fields (B6), the trimmed entity's keys (B19) — and count control
+    /// records. The engine sets it (deviations.md).
+    pub complete: bool,
 }
 
 impl ProcessRequest {
@@ -173,6 +179,7 @@ impl ProcessRequest {
             processing_mode: Mode::Full,
             filter_hot_templates: false,
             hot_template_ids: Vec::new(),
+            complete: false,
         }
     }
 
@@ -202,6 +209,7 @@ impl ProcessRequest {
             fine_window_ms: js_max(1.0, self.touch.touch_coalesce_window_ms.unwrap_or(100.0).floor()),
             on_missing_before: self.touch.on_missing_before,
             limits: Limits { max_rows: self.max_rows, max_bytes: self.max_bytes },
+            complete: self.complete,
         })
     }
 }
@@ -240,6 +248,7 @@ pub struct Plan {
     pub fine_window_ms: f64,
     pub on_missing_before: OnMissingBefore,
     pub limits: Limits,
+    pub complete: bool,
 }
 
 /// Touch kinds (P11).
@@ -285,6 +294,11 @@ pub struct ProcessStats {
     pub fine_touches_dropped_due_to_budget: f64,
     pub fine_touches_suppressed_due_to_budget: bool,
     pub fine_touches_skipped_cold_template: f64,
+    /// Complete mode only: changes some active template could not turn into fine keys
+    /// (they got a template-key touch instead).
+    pub uncovered_changes: f64,
+    /// Complete mode only: control records (`reset`, `snapshot-start`, `snapshot-end`).
+    pub control_records: f64,
 }
 
 /// A batch result (the reference's `ProcessResult` without the message envelope).

@@ -1,0 +1,89 @@
+//! Complete mode (the engine's, deviations.md B5, B6, B19): what it adds to the reference's
+//! touches, and that without it nothing changes.
+
+use super::*;
+use crate::keys::{hex16, key_id, table_key, template_key};
+use crate::processor::batch::tests::{p17_request, p17_template};
+
+const TK: u32 = 125_756_624; // template key of 87e41f4a8d440298 (K17)
+
+fn row(offset: i64, payload: &str) -> Row {
+    Row { offset, ts_ms: 1000.0 + offset as f64, payload: payload.as_bytes().to_vec() }
+}
+
+fn run(rows: &[Row], complete: bool) -> ProcessResult {
+    let mut req = p17_request();
+    req.complete = complete;
+    req.from_offset = rows[0].offset;
+    req.to_offset = rows[rows.len() - 1].offset;
+    process_rows(&req, rows, &[p17_template()]).unwrap()
+}
+
+fn has_key(r: &ProcessResult, key: u32) -> bool {
+    r.touches.iter().any(|t| t.key_id == key)
+}
+
+#[test]
+fn b5_changes_without_usable_images_get_the_template_key() {
+    let cases = [
+        r#"{"type":"public.posts","key":"1","headers":{"operation":"delete"}}"#,
+        r#"{"type":"public.posts","key":"1","value":{"authorId":1,"status":"a"},"headers":{"operation":"update"}}"#,
+        r#"{"type":"public.posts","key":"1","value":{"authorId":1,"status":"a"},"old_value":{"authorId":1},"headers":{"operation":"update"}}"#,
+        r#"{"type":"public.posts","key":"1","old_value":null,"headers":{"operation":"delete"}}"#,
+    ];
+    for c in cases {
+        let rows = [row(0, c)];
+        let reference = run(&rows, false);
+        assert!(!has_key(&reference, TK), "the reference emits no fine key here: {c}");
+        let complete = run(&rows, true);
+        assert!(has_key(&complete, TK), "complete mode adds the template key: {c}");
+        assert_eq!(complete.stats.uncovered_changes, 1.0);
+    }
+    // A full change is covered: nothing is added.
+    let full = [row(
+        0,
+        r#"{"type":"public.posts","key":"1","value":{"authorId":1,"status":"a"},"old_value":{"authorId":2,"status":"a"},"headers":{"operation":"update"}}"#,
+    )];
+    assert_eq!(run(&full, true).touches, run(&full, false).touches);
+    // A null field names no tuple: an insert with it concerns no waiter.
+    let null = [row(
+        0,
+        r#"{"type":"public.posts","key":"1","value":{"authorId":null,"status":"a"},"headers":{"operation":"insert"}}"#,
+    )];
+    assert_eq!(run(&null, true).stats.uncovered_changes, 0.0);
+}
+
+#[test]
+fn b6_object_fields_fire_their_projected_key() {
+    let rows = [row(
+        0,
+        r#"{"type":"public.posts","key":"1","value":{"authorId":1,"status":"a","tags":["x","y"]},"old_value":{"authorId":1,"status":"a","tags":["x"]},"headers":{"operation":"update"}}"#,
+    )];
+    let bits = 0x87e4_1f4a_8d44_0298;
+    let tags = key_id(crate::keys::projected_field_key(bits, b"tags", &["1", "a"]));
+    assert!(!has_key(&run(&rows, false), tags), "the reference never keys object fields (B6)");
+    assert!(has_key(&run(&rows, true), tags));
+}
+
+#[test]
+fn b19_untrimmed_types_match_templates_and_table_keys_of_the_trimmed_entity() {
+    let rows = [row(
+        0,
+        r#"{"type":" public.posts ","key":"1","value":{"authorId":42,"status":"published"},"headers":{"operation":"insert"}}"#,
+    )];
+    let trimmed_table = key_id(table_key(b"public.posts"));
+    let reference = run(&rows, false);
+    assert!(!has_key(&reference, trimmed_table));
+    assert_eq!(reference.stats.template_touches_emitted, 0.0);
+    let complete = run(&rows, true);
+    assert!(has_key(&complete, trimmed_table));
+    assert!(has_key(&complete, 2_528_729_918), "the watch key of (42, published), K17");
+}
+
+#[test]
+fn control_records_are_counted_only_in_complete_mode() {
+    let rows = [row(0, r#"{"headers":{"control":"reset"}}"#), row(1, r#"{"headers":{"control":"snapshot-end"}}"#)];
+    assert_eq!(run(&rows, false).stats.control_records, 0.0);
+    assert_eq!(run(&rows, true).stats.control_records, 2.0);
+    assert_eq!(hex16(template_key(0)).len(), 16);
+}
