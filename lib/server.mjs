@@ -257,7 +257,6 @@ export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024 }) {
 /** Serves `handler` with Node's http module; a closed client connection aborts its request. */
 async function serveNode(handler, { port, host, bodyLimit }) {
   const http = await import("node:http");
-  const sockets = new Set();
   const server = http.createServer(async (req, res) => {
     const ac = new AbortController();
     res.on("close", () => {
@@ -300,10 +299,6 @@ async function serveNode(handler, { port, host, bodyLimit }) {
       }
     }
   });
-  server.on("connection", (s) => {
-    sockets.add(s);
-    s.on("close", () => sockets.delete(s));
-  });
   server.keepAliveTimeout = 130_000;
   server.requestTimeout = 0;
   server.headersTimeout = 140_000;
@@ -314,10 +309,9 @@ async function serveNode(handler, { port, host, bodyLimit }) {
     async close() {
       await new Promise((r) => {
         server.close(() => r());
-        for (const s of sockets) if (!s.destroyed && s.listenerCount("data") === 0) s.end();
-        setTimeout(() => {
-          for (const s of sockets) s.destroy();
-        }, 1000).unref();
+        // Idle keep-alive connections go now; busy ones get a moment to finish their answer.
+        server.closeIdleConnections();
+        setTimeout(() => server.closeAllConnections(), 500);
       });
     },
   };

@@ -1,0 +1,163 @@
+// The Live HTTP server over real HTTP (Node's http under node, Bun.serve under bun).
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { test, dt, tempDir, sleep } from "./harness.mjs";
+import { startServer } from "../lib/server.mjs";
+
+const { keys } = dt;
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const JSON_HEADERS = { "content-type": "application/json" };
+const TEMPLATE = { entity: "public.todos", fields: [{ name: "tenantId", encoding: "string" }] };
+const insert = (id, tenantId) => ({ type: "public.todos", key: String(id), value: { id: String(id), tenantId }, headers: { operation: "insert" } });
+
+async function setup(dataDir = tempDir()) {
+  const server = await startServer({ port: 0, dataDir });
+  const u = (p) => `${server.url}${p}`;
+  return { server, u, dataDir };
+}
+
+async function createTouchStream(u, name = "todos") {
+  let r = await fetch(u(`/v1/stream/${name}`), { method: "PUT", headers: JSON_HEADERS });
+  assert.equal(r.status, 201);
+  r = await fetch(u(`/v1/stream/${name}/_profile`), { method: "POST", headers: JSON_HEADERS, body: JSON.stringify({ profile: { kind: "state-protocol", touch: { enabled: true } } }) });
+  assert.equal(r.status, 200);
+  assert.equal((await r.json()).profile.touch.enabled, true);
+  r = await fetch(u(`/v1/stream/${name}/touch/templates/activate`), { method: "POST", headers: JSON_HEADERS, body: JSON.stringify({ templates: [TEMPLATE] }) });
+  assert.equal(r.status, 200);
+  const act = await r.json();
+  assert.equal(act.activated.length, 1);
+  return act.activated[0].templateId;
+}
+
+const post = (u, path, body) => fetch(u(path), { method: "POST", headers: JSON_HEADERS, body: JSON.stringify(body) });
+
+test("streams, profile, templates, meta and waits woken by writes over HTTP", async () => {
+  const { server, u } = await setup();
+  const tpl = await createTouchStream(u);
+  const meta = await (await fetch(u("/v1/stream/todos/touch/meta"))).json();
+  assert.match(meta.cursor, /^[0-9a-f]{16}:0$/);
+
+  const table = post(u, "/v1/stream/todos/touch/wait", { cursor: meta.cursor, keyIds: [keys.tableKeyId("public.todos")], interestMode: "coarse", timeoutMs: 5000 });
+  const watch = post(u, "/v1/stream/todos/touch/wait", { cursor: meta.cursor, keys: [keys.watchKey(tpl, ["t1"])], templateIdsUsed: [tpl], timeoutMs: 5000 });
+  const idsOnly = post(u, "/v1/stream/todos/touch/wait", { cursor: meta.cursor, keyIds: [keys.watchKeyId(tpl, ["t1"])], timeoutMs: 5000 });
+  await sleep(50);
+  const a = await post(u, "/v1/stream/todos", [insert(1, "t1"), insert(2, "t2")]);
+  assert.equal(a.status, 204);
+  assert.ok(a.headers.get("stream-next-offset"));
+  for (const p of [table, watch, idsOnly]) {
+    const r = await p;
+    assert.equal(r.status, 200);
+    assert.equal((await r.json()).touched, true);
+  }
+  const read = await fetch(u("/v1/stream/todos?offset=-1"));
+  assert.equal(read.status, 200);
+  assert.equal(read.headers.get("stream-up-to-date"), "true");
+  assert.deepEqual((await read.json()).map((r) => r.key), ["1", "2"]);
+  const stats = await (await fetch(u("/v1/stats"))).json();
+  assert.ok(stats.engine.reporterLine.startsWith("ingested="));
+  await server.close();
+});
+
+test("bad requests get a JSON error with a code", async () => {
+  const { server, u } = await setup();
+  await createTouchStream(u);
+  const cases = [
+    [fetch(u("/v1/stream/todos"), { method: "POST", headers: JSON_HEADERS, body: "{not json" }), 400, "ERR_INVALID_ARGUMENT"],
+    [post(u, "/v1/stream/todos", { type: "public.todos", key: "1", headers: {} }), 400, "ERR_INVALID_ARGUMENT"],
+    [post(u, "/v1/stream/nope", insert(1, "t")), 404, "ERR_STREAM_NOT_FOUND"],
+    [fetch(u("/v1/stream/todos"), { method: "PATCH" }), 405, "ERR_METHOD_NOT_ALLOWED"],
+    [fetch(u("/v1/stream/todos/touch/wait"), { method: "GET" }), 405, "ERR_METHOD_NOT_ALLOWED"],
+    [post(u, "/v1/stream/todos/touch/wait", { cursor: "now" }), 400, "ERR_INVALID_ARGUMENT"],
+    [post(u, "/v1/stream/todos/touch/wait", { cursor: "bad", keyIds: [1] }), 400, "ERR_INVALID_CURSOR"],
+    [fetch(u("/v1/stream/todos/touch/meta?settle=soon")), 400, "ERR_INVALID_ARGUMENT"],
+    [fetch(u("/v1/stream/todos"), { method: "POST", headers: JSON_HEADERS, body: "x".repeat(11 * 1024 * 1024) }), 413, "ERR_PAYLOAD_TOO_LARGE"],
+    [fetch(u("/v1/stream/todos"), { method: "POST", headers: { ...JSON_HEADERS, "stream-expected-offset": "99" }, body: JSON.stringify(insert(1, "t")) }), 409, "ERR_SEQ_MISMATCH"],
+    [fetch(u("/v1/stream/todos"), { method: "PUT", headers: { "content-type": "text/plain" } }), 409, "ERR_STREAM_EXISTS"],
+    [fetch(u("/v1/nothing")), 404, "ERR_NOT_FOUND"],
+  ];
+  for (const [p, status, code] of cases) {
+    const r = await p;
+    assert.equal(r.status, status);
+    const body = await r.json();
+    assert.equal(body.error.code, code, body.error.message);
+  }
+  await server.close();
+});
+
+test("a client disconnect aborts its wait; restarting the server makes cursors stale", async () => {
+  const dataDir = tempDir();
+  const first = await setup(dataDir);
+  await createTouchStream(first.u);
+  const { cursor } = await (await fetch(first.u("/v1/stream/todos/touch/meta"))).json();
+  const ac = new AbortController();
+  const p = post(first.u, "/v1/stream/todos/touch/wait", { cursor, keyIds: [7], timeoutMs: 60000 }).catch(() => null);
+  await sleep(100);
+  let meta = await (await fetch(first.u("/v1/stream/todos/touch/meta"))).json();
+  assert.equal(meta.activeWaiters, 1);
+  const q = fetch(first.u("/v1/stream/todos/touch/wait"), { method: "POST", headers: JSON_HEADERS, body: JSON.stringify({ cursor, keyIds: [8], timeoutMs: 60000 }), signal: ac.signal }).catch(() => null);
+  await sleep(100);
+  ac.abort();
+  await q;
+  for (let i = 0; i < 50; i++) {
+    meta = await (await fetch(first.u("/v1/stream/todos/touch/meta"))).json();
+    if (meta.activeWaiters === 1) break;
+    await sleep(20);
+  }
+  assert.equal(meta.activeWaiters, 1, "the disconnected client's wait was aborted; the other one remains");
+  await first.server.close();
+  const answered = await p;
+  assert.equal(answered.status, 200);
+  assert.equal((await answered.json()).touched, false, "close answered the pending wait");
+
+  const second = await setup(dataDir);
+  const r = await (await post(second.u, "/v1/stream/todos/touch/wait", { cursor, keyIds: [7], timeoutMs: 1000 })).json();
+  assert.equal(r.stale, true);
+  await second.server.close();
+});
+
+test("500 concurrent waits and a writer: every waiter whose key was written wakes", async () => {
+  const { server, u } = await setup();
+  const tpl = await createTouchStream(u);
+  const { cursor } = await (await fetch(u("/v1/stream/todos/touch/meta"))).json();
+  const tenants = Array.from({ length: 500 }, (_, i) => `tenant-${i}`);
+  const written = new Set(tenants.filter((_, i) => i % 2 === 0));
+  const waits = tenants.map((t) =>
+    post(u, "/v1/stream/todos/touch/wait", { cursor, keys: [keys.watchKey(tpl, [t])], templateIdsUsed: [tpl], timeoutMs: written.has(t) ? 10000 : 1500 }).then(async (r) => ({ t, body: await r.json() }))
+  );
+  await sleep(100);
+  let id = 0;
+  const batch = [...written];
+  for (let i = 0; i < batch.length; i += 25) {
+    const r = await post(u, "/v1/stream/todos", batch.slice(i, i + 25).map((t) => insert(id++, t)));
+    assert.equal(r.status, 204);
+  }
+  const results = await Promise.all(waits);
+  for (const { t, body } of results) if (written.has(t)) assert.equal(body.touched, true, `${t} was written but its waiter did not wake`);
+  await server.close();
+}, { timeout: 60_000 });
+
+test("SIGINT closes the server cleanly: pending waits are answered and the process exits", async () => {
+  const dataDir = tempDir();
+  const child = spawn(process.execPath, [join(root, "bin", "durable-touch.mjs"), "--port", "0", "--data", dataDir], { stdio: ["ignore", "pipe", "inherit"] });
+  let out = "";
+  const url = await new Promise((resolve, reject) => {
+    child.stdout.on("data", (d) => {
+      out += d;
+      const m = out.match(/listening on (http:\/\/[^\s]+)/);
+      if (m) resolve(m[1]);
+    });
+    child.on("exit", (c) => reject(new Error(`server exited early (${c}): ${out}`)));
+  });
+  const u = (p) => `${url}${p}`;
+  await createTouchStream(u);
+  const pending = post(u, "/v1/stream/todos/touch/wait", { cursor: "now", keyIds: [1], timeoutMs: 60000 });
+  await sleep(100);
+  const exited = new Promise((r) => child.on("exit", (code, signal) => r({ code, signal })));
+  child.kill("SIGINT");
+  const r = await pending;
+  assert.equal(r.status, 200);
+  assert.equal((await r.json()).touched, false);
+  assert.deepEqual(await exited, { code: 0, signal: null });
+}, { timeout: 30_000 });
