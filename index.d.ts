@@ -58,7 +58,7 @@ export declare class TouchEngine {
   /** Activates templates (T1–T7, T13). Denied declarations say why. */
   activateTemplates(stream: string, templates: TemplateDecl[], options?: { inactivityTtlMs?: number } | undefined | null): ActivateResult
   /** Runs one batch exactly as the reference worker would (no side effects). */
-  processBatch(request: ProcessRequestJs): Promise<ProcessResultJs>
+  processBatch(request: ProcessRequest): Promise<ProcessResult>
   /** Marks a stream dirty (appends through the engine's store do this themselves). */
   notify(stream: string): void
   /** Waits for a touch of any of the keys after `cursor` (W1–W6). */

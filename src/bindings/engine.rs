@@ -601,7 +601,7 @@ impl TouchEngine {
     }
 
     /// Runs one batch exactly as the reference worker would (no side effects).
-    #[napi(ts_args_type = "request: ProcessRequestJs", ts_return_type = "Promise<ProcessResultJs>")]
+    #[napi(ts_args_type = "request: ProcessRequest", ts_return_type = "Promise<ProcessResult>")]
     pub fn process_batch<'env>(&self, env: &'env Env, request: Unknown) -> napi::Result<Unknown<'env>> {
         let parsed = parse_request(Js::new(env, request.raw()));
         let store = self.engine.store().clone();
