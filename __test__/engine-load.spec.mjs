@@ -1,0 +1,46 @@
+// Under load: 2,000 concurrent engine waits time out on schedule while a writer appends to
+// other streams (behaviour with generous bounds, not a timing benchmark).
+import assert from "node:assert/strict";
+import { test, dt } from "./harness.mjs";
+
+const { Store, TouchEngine, keys } = dt;
+
+test("2,000 waits with a 1 s timeout resolve touched:false on schedule while other streams are written", async () => {
+  const store = Store.open(":memory:");
+  for (const s of ["quiet", "busy1", "busy2"]) await store.createStream(s, { contentType: "application/json" });
+  const engine = new TouchEngine(store);
+  for (const s of ["quiet", "busy1", "busy2"]) engine.setTouchConfig(s, { enabled: true });
+  const { cursor } = await engine.meta("quiet");
+  let writing = true;
+  const writer = (async () => {
+    let i = 0;
+    while (writing) {
+      const stream = i % 2 ? "busy1" : "busy2";
+      await store.append(stream, Array.from({ length: 20 }, (_, k) => JSON.stringify({ type: "public.t", key: String(i * 20 + k), value: { id: i }, headers: { operation: "insert" } })));
+      i++;
+    }
+    return i;
+  })();
+  const t0 = Date.now();
+  const waits = Array.from({ length: 2000 }, (_, i) => {
+    const start = Date.now();
+    return engine.wait({ stream: "quiet", cursor, keyIds: [keys.tableKeyId(`public.q${i}`)], interestMode: "coarse", timeoutMs: 1000 }).then((r) => ({ r, start, end: Date.now() }));
+  });
+  const results = await Promise.all(waits);
+  writing = false;
+  const batches = await writer;
+  assert.ok(batches > 5, "the writer kept appending meanwhile");
+  let maxLate = 0;
+  for (const { r, start, end } of results) {
+    assert.equal(r.touched, false);
+    assert.ok(end - start >= 999, `resolved ${end - start} ms after the call, before its 1 s deadline`);
+    maxLate = Math.max(maxLate, end - start - 1000);
+  }
+  assert.ok(maxLate < 1500, `the last wait resolved ${maxLate} ms late`);
+  assert.ok(Date.now() - t0 < 5000);
+  const meta = await engine.meta("quiet");
+  assert.equal(meta.activeWaiters, 0);
+  assert.equal(meta.waitTimeoutTotal, 2000);
+  await engine.close();
+  await store.close();
+}, { timeout: 60_000 });
