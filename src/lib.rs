@@ -11,11 +11,13 @@
 //! - [`error`]: the one error type;
 //! - [`store`]: schema, group-commit writer, readers (the reference's SQLite layout);
 //! - [`journal`]: the in-memory touch journal where clients wait on key sets;
+//! - [`timer`]: the one native timer thread (journal timers, completion-port watchdog);
 //! - [`bindings`]: the napi classes and functions (conversion only).
 
 pub mod bindings;
 pub mod error;
 pub mod journal;
 pub mod store;
+pub mod timer;
 
 pub use error::{Error, Result};
