@@ -19,6 +19,7 @@
 //! - [`journal`]: the in-memory touch journal where clients wait on key sets;
 //! - [`engine`]: the manager policy, hot interest, templates, waits by stream;
 //! - [`stats`]: the stats collector and reporter line;
+//! - [`timer`]: the one native timer thread (journal timers, completion-port watchdog);
 //! - [`bindings`]: the napi classes and functions (conversion only).
 
 pub mod bindings;
@@ -32,5 +33,6 @@ pub mod processor;
 pub mod spec;
 pub mod stats;
 pub mod store;
+pub mod timer;
 
 pub use error::{Error, Result};

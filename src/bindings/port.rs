@@ -12,6 +12,13 @@
 //! synchronous JS code). Jobs run before the settlements of the same drain and do not keep the
 //! event loop alive.
 //!
+//! One threadsafe call is outstanding at a time (the `scheduled` flag). Bun 1.3 was seen to
+//! lose a threadsafe call made while the previous one was being dispatched (126 calls, 125
+//! callbacks, and the port stalled with settlements queued), so while a call is outstanding a
+//! watchdog on the crate's native timer ([`crate::timer`]) checks every
+//! [`WATCHDOG_NS`] ns that a drain happened, and calls again if none did. A duplicate call
+//! only costs an empty drain.
+//!
 //! The port keeps the event loop alive exactly while promises are pending (it is referenced on
 //! the 0 → 1 transition and unreferenced on 1 → 0), like a timer would. A [`Ticket`] dropped
 //! without being settled rejects its promise with `ERR_INTERNAL`, so no promise is ever left
@@ -19,14 +26,18 @@
 
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 
 use napi::{sys, Env};
 use parking_lot::Mutex;
 
 use super::js::js_error;
 use crate::error::Error;
+use crate::timer::{self, mono_now, TimerTarget};
+
+/// How long an outstanding threadsafe call may go without a drain before it is made again.
+const WATCHDOG_NS: u64 = 10_000_000;
 
 /// Builds the resolved value on the JS thread (or returns the error to reject with).
 pub type Outcome = Box<dyn FnOnce(&Env) -> Result<sys::napi_value, Error> + Send>;
@@ -46,6 +57,10 @@ struct Queue {
     tsfn: AtomicPtr<c_void>,
     /// Set when the threadsafe function was destroyed (environment teardown): no more calls.
     dead: AtomicBool,
+    /// Drains run so far (the watchdog's progress mark).
+    drains: AtomicU64,
+    /// Whether the watchdog timer is armed.
+    watchdog: AtomicBool,
 }
 
 struct RawDeferred(sys::napi_deferred);
@@ -56,6 +71,7 @@ unsafe impl Send for RawDeferred {}
 struct Shared {
     tsfn: sys::napi_threadsafe_function,
     queue: Arc<Queue>,
+    this: Weak<Shared>,
 }
 // SAFETY: napi_call_threadsafe_function / napi_release_threadsafe_function may be called from
 // any thread; the other tsfn calls are made only from the JS thread.
@@ -95,6 +111,8 @@ impl Port {
             referenced: AtomicBool::new(false),
             tsfn: AtomicPtr::new(ptr::null_mut()),
             dead: AtomicBool::new(false),
+            drains: AtomicU64::new(0),
+            watchdog: AtomicBool::new(false),
         });
         let raw_env = env.raw();
         let mut name = ptr::null_mut();
@@ -122,7 +140,7 @@ impl Port {
         }
         queue.tsfn.store(tsfn.cast(), Ordering::Release);
         check(unsafe { sys::napi_unref_threadsafe_function(raw_env, tsfn) })?;
-        Ok(Port { shared: Arc::new(Shared { tsfn, queue }) })
+        Ok(Port { shared: Arc::new_cyclic(|this| Shared { tsfn, queue, this: this.clone() }) })
     }
 
     /// Creates a pending promise (JS thread). Returns the ticket that settles it and the
@@ -209,14 +227,45 @@ fn post(shared: &Shared, deferred: RawDeferred, outcome: Outcome) {
 fn schedule(shared: &Shared) {
     let q = &shared.queue;
     if !q.scheduled.swap(true, Ordering::AcqRel) {
-        // Fails only while the environment tears down; the queue is then dropped with it.
-        unsafe {
-            sys::napi_call_threadsafe_function(
-                shared.tsfn,
-                ptr::null_mut(),
-                sys::ThreadsafeFunctionCallMode::nonblocking,
-            )
-        };
+        call_js(shared);
+        arm_watchdog(shared);
+    }
+}
+
+fn call_js(shared: &Shared) {
+    // Fails only while the environment tears down; the queue is then dropped with it.
+    unsafe {
+        sys::napi_call_threadsafe_function(shared.tsfn, ptr::null_mut(), sys::ThreadsafeFunctionCallMode::nonblocking)
+    };
+}
+
+fn arm_watchdog(shared: &Shared) {
+    let q = &shared.queue;
+    if q.watchdog.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    match shared.this.upgrade() {
+        Some(me) => {
+            let mark = q.drains.load(Ordering::Acquire);
+            timer::schedule(mono_now() + WATCHDOG_NS, me, mark);
+        }
+        None => q.watchdog.store(false, Ordering::Release),
+    }
+}
+
+impl TimerTarget for Shared {
+    /// The watchdog: `mark` is the drain count when it was armed.
+    fn on_timer(&self, mark: u64) {
+        let q = &self.queue;
+        q.watchdog.store(false, Ordering::Release);
+        if q.dead.load(Ordering::Acquire) || !q.scheduled.load(Ordering::Acquire) {
+            return;
+        }
+        if q.drains.load(Ordering::Acquire) == mark {
+            // No drain since the call: it may have been lost. Call again.
+            call_js(self);
+        }
+        arm_watchdog(self);
     }
 }
 
@@ -230,6 +279,7 @@ unsafe extern "C" fn drain_queue(
         return;
     }
     let q = unsafe { &*(context as *const Queue) };
+    q.drains.fetch_add(1, Ordering::AcqRel);
     q.scheduled.store(false, Ordering::Release);
     let js_env = Env::from_raw(env);
     let jobs = std::mem::take(&mut *q.jobs.lock());

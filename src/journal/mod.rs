@@ -17,8 +17,8 @@
 //! - [`waiters`]: the waiter indexes and the deadline heap (J11, J12);
 //! - [`stats`]: counters and flush intervals (J13, J14);
 //! - [`state`]: the single-threaded state machine tying them together (J8, J9, B28, B29);
-//! - [`timer`]: the one native timer thread shared by all journals;
-//! - this module: [`Journal`], the thread-safe handle with clocks and timers.
+//! - this module: [`Journal`], the thread-safe handle with clocks and timers (on the crate's
+//!   one native timer thread, [`crate::timer`]).
 //!
 //! ```
 //! use durable_touch::journal::{Journal, JournalOptions, WaitRequest};
@@ -52,7 +52,6 @@ pub mod exact;
 mod hash;
 pub mod state;
 pub mod stats;
-pub mod timer;
 pub mod waiters;
 
 #[cfg(test)]
@@ -71,7 +70,7 @@ pub use stats::{IntervalStats, TotalStats, WakeStats};
 pub use waiters::{Resolve, Settlement, WaiterId};
 
 use crate::error::Result;
-use timer::{mono_now, TimerKey, TimerTarget};
+use crate::timer::{self, mono_now, TimerKey, TimerTarget};
 
 /// What a woken waiter receives (J9).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -379,7 +378,8 @@ impl Inner {
     fn arm(&self, core: &mut Core, at: u64, kind: u64) -> Armed {
         core.next_token += 1;
         let token = (core.next_token << 1) | kind;
-        let target: Weak<dyn TimerTarget> = self.this.clone();
+        // Never fails: `self` is alive, so is the Arc it lives in.
+        let target: Arc<dyn TimerTarget> = self.this.upgrade().expect("an armed journal is alive");
         Armed { key: timer::schedule(at, target, token), token, at }
     }
 
@@ -432,8 +432,8 @@ impl TimerTarget for Inner {
 }
 
 impl Drop for Inner {
-    /// A journal dropped with parked waiters resolves them (with `None`), so no caller is left
-    /// waiting on a journal that no longer exists.
+    /// Parked waiters keep their journal alive (their deadline timer holds it), so this runs
+    /// with none left; anything still registered is resolved with `None` all the same.
     fn drop(&mut self) {
         let core = self.core.get_mut();
         for a in [core.flush_timer.take(), core.deadline_timer.take()].into_iter().flatten() {
@@ -522,9 +522,13 @@ mod tests {
         j.wait_for_any(WaitRequest { keys: vec![1], timeout_ms: 60_000, ..Default::default() }, r1).unwrap();
         assert_eq!(j.stop(), 1);
         assert_eq!(rx1.recv().unwrap(), None);
-        j.wait_for_any(WaitRequest { keys: vec![1], timeout_ms: 60_000, ..Default::default() }, r2).unwrap();
+        j.wait_for_any(WaitRequest { keys: vec![1], timeout_ms: 50, ..Default::default() }, r2).unwrap();
+        // Dropping the last handle does not abandon the waiter: its armed deadline keeps the
+        // journal alive until it resolves.
+        let t0 = Instant::now();
         drop(j);
-        assert_eq!(rx2.recv().unwrap(), None);
+        assert_eq!(rx2.recv_timeout(Duration::from_secs(5)).unwrap(), None);
+        assert!(t0.elapsed() >= Duration::from_millis(45));
     }
 
     #[test]

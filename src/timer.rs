@@ -1,13 +1,15 @@
-//! The native timer shared by every journal: one thread, one ordered queue of deadlines.
+//! The crate's one native timer: one thread, one ordered queue of deadlines.
 //!
 //! A journal arms at most two timers (its bucket flush, J6, and its earliest waiter deadline,
-//! J12). The thread sleeps on a condition variable until the earliest entry is due, then calls
-//! the targets of every due entry outside its own lock. Targets are held weakly, so a timer
-//! never keeps a dropped journal alive, and nothing here keeps the JavaScript event loop alive.
-//! Time is the journal's monotonic clock ([`mono_now`]), in nanoseconds.
+//! J12); a completion port arms a watchdog while a wake-up of the JS thread is outstanding. The thread sleeps on a condition variable until the earliest entry is due, then calls
+//! the targets of every due entry outside its own lock. An armed timer holds its target, so a
+//! journal with parked waiters (whose deadline timer is armed) lives until they are resolved,
+//! even when its owner let go of it, as a JavaScript timer keeps its closure alive. Nothing here
+//! keeps the JavaScript event loop alive.
+//! Time is a process-wide monotonic clock ([`mono_now`]), in nanoseconds.
 
 use std::collections::BTreeMap;
-use std::sync::{OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -42,7 +44,7 @@ pub struct TimerKey {
 }
 
 struct Queue {
-    entries: BTreeMap<TimerKey, (Weak<dyn TimerTarget>, u64)>,
+    entries: BTreeMap<TimerKey, (Arc<dyn TimerTarget>, u64)>,
     next_id: u64,
     running: bool,
 }
@@ -61,7 +63,7 @@ fn service() -> &'static Service {
 }
 
 /// Calls `target.on_timer(token)` at `at` (monotonic ns), unless cancelled first.
-pub fn schedule(at: u64, target: Weak<dyn TimerTarget>, token: u64) -> TimerKey {
+pub fn schedule(at: u64, target: Arc<dyn TimerTarget>, token: u64) -> TimerKey {
     let svc = service();
     let mut q = svc.queue.lock();
     let key = TimerKey { at, id: q.next_id };
@@ -82,12 +84,14 @@ pub fn schedule(at: u64, target: Weak<dyn TimerTarget>, token: u64) -> TimerKey 
 
 /// Cancels an armed timer; a timer already firing may still call its target once.
 pub fn cancel(key: TimerKey) {
-    service().queue.lock().entries.remove(&key);
+    // The target is dropped outside the queue lock: it may be the last handle of a journal.
+    let removed = service().queue.lock().entries.remove(&key);
+    drop(removed);
 }
 
 fn run() {
     let svc = service();
-    let mut due: Vec<(Weak<dyn TimerTarget>, u64)> = Vec::new();
+    let mut due: Vec<(Arc<dyn TimerTarget>, u64)> = Vec::new();
     loop {
         {
             let mut q = svc.queue.lock();
@@ -111,10 +115,8 @@ fn run() {
             }
         }
         for (target, token) in due.drain(..) {
-            if let Some(t) = target.upgrade() {
-                // A panic in a journal must not stop the timer of every other journal.
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.on_timer(token)));
-            }
+            // A panic in a journal must not stop the timer of every other journal.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| target.on_timer(token)));
         }
     }
 }
@@ -141,12 +143,12 @@ mod tests {
     #[test]
     fn fires_in_order_not_early_and_honours_cancel() {
         let p = Arc::new(Probe { fired: Mutex::new(Vec::new()), count: AtomicU64::new(0) });
-        let weak: Weak<dyn TimerTarget> = Arc::downgrade(&p) as Weak<dyn TimerTarget>;
+        let target: Arc<dyn TimerTarget> = p.clone();
         let t0 = mono_now();
         let ms = 1_000_000;
-        schedule(t0 + 30 * ms, weak.clone(), 3);
-        schedule(t0 + 10 * ms, weak.clone(), 1);
-        let c = schedule(t0 + 20 * ms, weak.clone(), 2);
+        schedule(t0 + 30 * ms, target.clone(), 3);
+        schedule(t0 + 10 * ms, target.clone(), 1);
+        let c = schedule(t0 + 20 * ms, target.clone(), 2);
         cancel(c);
         let deadline = Instant::now() + Duration::from_secs(5);
         while p.count.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
@@ -160,11 +162,18 @@ mod tests {
     }
 
     #[test]
-    fn dropped_targets_are_skipped() {
+    fn an_armed_timer_keeps_its_target_until_it_fires_or_is_cancelled() {
         let p = Arc::new(Probe { fired: Mutex::new(Vec::new()), count: AtomicU64::new(0) });
-        let weak: Weak<dyn TimerTarget> = Arc::downgrade(&p) as Weak<dyn TimerTarget>;
-        schedule(mono_now() + 5_000_000, weak, 1);
-        drop(p);
-        std::thread::sleep(Duration::from_millis(20));
+        let k = schedule(mono_now() + 60_000_000_000, p.clone(), 1);
+        assert_eq!(Arc::strong_count(&p), 2);
+        cancel(k);
+        assert_eq!(Arc::strong_count(&p), 1);
+        schedule(mono_now() + 2_000_000, p.clone(), 2);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while p.count.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(Arc::strong_count(&p), 1, "released after firing");
     }
 }
