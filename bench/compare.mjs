@@ -22,6 +22,19 @@ export const BENCHES = {
       ["batch1024 rows/s", "B1-append", "results.batch1024.medianRowsPerSec", "B1-append", "results.batch1024.medianRowsPerSec", "higher"],
     ],
   },
+  e2e: {
+    // ~2 min: main (5,000 rows/s x 20 s, 1,000 waiters) + simple, 3 runs each, under Bun.
+    reference: [{ script: "b6-e2e.ts" }],
+    metrics: [
+      ["main append->wake p50 ms", "B6-e2e", "results.main.median_latencyP50Ms", "B6-e2e", "results.main.median_latencyP50Ms", "lower"],
+      ["main append->wake p99 ms", "B6-e2e", "results.main.median_latencyP99Ms", "B6-e2e", "results.main.median_latencyP99Ms", "lower"],
+      ["main clean-wait p50 ms", "B6-e2e", "results.main.median_cleanLatencyP50Ms", "B6-e2e", "results.main.median_cleanLatencyP50Ms", "lower"],
+      ["simple append->wake p50 ms", "B6-e2e", "results.simple.median_p50Ms", "B6-e2e", "results.simple.median_p50Ms", "lower"],
+      ["simple append->wake p99 ms", "B6-e2e", "results.simple.median_p99Ms", "B6-e2e", "results.simple.median_p99Ms", "lower"],
+      ["main CPU cores", "B6-e2e", "results.main.median_cpuCores", "B6-e2e", "results.main.median_cpuCores", "lower"],
+      ["main achieved rows/s", "B6-e2e", "results.main.median_achievedRowsPerSec", "B6-e2e", "results.main.median_achievedRowsPerSec", "higher"],
+    ],
+  },
 };
 
 export function compare(name, ours, refs) {
