@@ -37,9 +37,16 @@
 //  wokenBeforeRecordProcessed (no latency).
 //  CPU = process.cpuUsage() (all threads: JS, store writer, engine loop, timer, pool) from the
 //  writer's start to the end of the drain. meta("e2e") is sampled once per second.
-//  Extra (ours only): a breakdown of attributed latencies with the wake's own timestamps
-//  (bucketStartMs = first touch of the bucket, flushAtMs = flush; both wall-clock ms):
-//  ack -> bucket start, bucket start -> flush, flush -> response in JS.
+//  Extra (ours only), to see where the time goes:
+//  - latencyBreakdownMs: attributed latencies split with the wake's own timestamps
+//    (bucketStartMs = first touch of the bucket, flushAtMs = flush; wall-clock ms):
+//    ack -> bucket start, bucket start -> flush (the coalesce window), flush -> response in JS;
+//  - wakeBursts: responses grouped by generation (one flush each): size, spread from the first
+//    to the last response in JS, observed coalesce window per flush;
+//  - latencyFromAppendCallMs (from the append call instead of its ack), waitCallSyncSeconds
+//    (JS time inside engine.wait itself), eventLoopDelayMs, gcPauses (Node);
+//  - after the drain, if waits are still open, whether the engine answers at all (meta with a
+//    5 s bound): if it does not, the run fails (exit 1) instead of hanging.
 //
 // Part "simple" (per run): stream "simple", same config, no templates; one waiter loops on
 // wait({cursor, keys: [tableKey("public.e0")], interestMode: "coarse", timeoutMs: 30000}); one
@@ -199,6 +206,19 @@ function fail(msg) {
   throw new Error(msg);
 }
 
+/** `promise`, or a loud failure naming `what` when it takes longer than `ms`. */
+async function within(promise, ms, what, detail = () => "") {
+  let t;
+  const timeout = new Promise((_, reject) => {
+    t = setTimeout(() => reject(new Error(`${what} did not finish within ${ms} ms ${detail()}`)), ms);
+  });
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(t);
+  }
+}
+
 // ------------------------------------------------------------------ main part
 
 async function childMain() {
@@ -302,6 +322,7 @@ async function childMain() {
   const wGen = [];
   const kindCode = { fineKey: 0, templateKey: 1, tableKey: 2 };
   const controllers = new Set();
+  let lastResp = 0; // when the latest wait response reached JS
   let waitErrorsLogged = 0;
 
   const timeline = [];
@@ -413,6 +434,7 @@ async function childMain() {
         waitCallMs += performance.now() - tSend;
         const j = await pending;
         tResp = performance.now();
+        lastResp = tResp;
         kind = kindCode[j.effectiveWaitKind] ?? -1;
         bmax = Number(j.bucketMaxSourceOffsetSeq);
         flushAt = j.flushAtMs;
@@ -500,15 +522,41 @@ async function childMain() {
   const eventLoopDelayMs = eld
     ? { p50: round(eld.percentile(50) / 1e6, 2), p99: round(eld.percentile(99) / 1e6, 2), max: round(eld.max / 1e6, 2), mean: round(eld.mean / 1e6, 2) }
     : null;
+  if (controllers.size > 0) {
+    // Diagnostics: is the engine still answering at all?
+    const lastWake = round((lastResp - t0) / 1000, 3);
+    const info = await within(store.getStream(STREAM), 10_000, "store.getStream after the drain");
+    let m;
+    try {
+      m = await within(engine.meta(STREAM), 5000, "engine.meta after the drain");
+    } catch (e) {
+      const st = engine.stats().streams.find((x) => x.stream === STREAM);
+      fail(
+        `${e.message}: the engine settles no promise any more (${controllers.size} waits open, last wake delivered at ` +
+          `t=${lastWake} s; the store still answers, nextOffset ${info?.nextOffset}; engine.stats(): ${JSON.stringify(st)})`
+      );
+    }
+    log(
+      `after the drain: ${controllers.size} waits open (last wake delivered at t=${lastWake} s); meta activeWaiters ${m.activeWaiters}, ` +
+        `lag ${m.lagSourceOffsets}, bucketMaxSourceOffsetSeq ${m.bucketMaxSourceOffsetSeq}, pendingKeys ${m.pendingKeys}, touchMode ${m.touchMode}`
+    );
+  }
+  log(`drain over: ${pendingAtEnd} waits outstanding; aborting them`);
   for (const ac of controllers) ac.abort();
-  await Promise.all(loops);
+  let loopsDone = 0;
+  await within(
+    Promise.all(loops.map((l) => l.then(() => loopsDone++))),
+    10_000,
+    "waiter loops after abort",
+    () => `(${loopsDone}/${WAITERS} loops done, ${controllers.size} waits still unsettled)`
+  );
   sampling = false;
   wakeSampler?.();
-  await sampler;
-  const metaEnd = await engine.meta(STREAM);
+  await within(sampler, 10_000, "meta sampler");
+  const metaEnd = await within(engine.meta(STREAM), 10_000, "engine.meta at end");
   const statsEnd = engine.stats();
   const storeStats = store.stats();
-  const info = await store.getStream(STREAM);
+  const info = await within(store.getStream(STREAM), 10_000, "store.getStream at end");
   const finalNext = Number(info?.nextOffset ?? -1n);
 
   // ---- read the stream back: offset -> workload record (headers.timestamp = T0_MS + index)
@@ -516,7 +564,7 @@ async function childMain() {
   {
     let pos = 0;
     while (pos < finalNext) {
-      const rows = await store.read(STREAM, { from: BigInt(pos), limit: 10_000 });
+      const rows = await within(store.read(STREAM, { from: BigInt(pos), limit: 10_000 }), 30_000, "store.read");
       if (rows.length === 0) break;
       for (const row of rows) {
         if (Number(row.offset) !== pos) fail(`read-back: offset ${row.offset} at position ${pos}`);
@@ -526,7 +574,7 @@ async function childMain() {
     if (pos !== finalNext) fail(`read-back: ${pos} records, nextOffset ${finalNext}`);
   }
   clearTimeout(hard);
-  await ctx.close();
+  await within(ctx.close(), 30_000, "engine and store close");
 
   // ---- analysis
   let inOrder = true;
@@ -822,9 +870,9 @@ async function childSimple() {
   const cpu = cpuSeconds() - cpu0;
   stop = true;
   ac?.abort();
-  await waiter;
+  await within(waiter, 10_000, "simple waiter after abort");
   clearTimeout(hard);
-  await ctx.close();
+  await within(ctx.close(), 30_000, "engine and store close");
 
   const lat = [];
   const ackToFlush = [];
