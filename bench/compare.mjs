@@ -3,6 +3,17 @@
 
 const get = (obj, path) => path.split(".").reduce((o, k) => (o == null ? undefined : o[k]), obj);
 const byBench = (lines, bench) => lines.find((l) => l.bench === bench);
+const median = (xs) => {
+  const s = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
+  if (s.length === 0) return undefined;
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+/** A metric computed from each run of `part` (median over runs), for a path that is a function. */
+const perRun = (part, f) => (line) => {
+  const v = median((get(line, `results.${part}.runs`) ?? []).map(f));
+  return v === undefined ? undefined : Math.round(v * 1000) / 1000;
+};
 
 /** higher-is-better ratio ours/ref, lower-is-better ratio ref/ours. */
 function ratio(ours, ref, kind) {
@@ -33,14 +44,32 @@ export const BENCHES = {
       ["fine rows/s, all cores vs one worker", "B3-process-fine", "results.allCores.medianRowsPerSec", "B3-process-fine", "results.medianRowsPerSec", "higher"],
     ],
   },
+  e2e: {
+    // ~2 min: main (5,000 rows/s x 20 s, 1,000 waiters) + simple, 3 runs each, under Bun.
+    reference: [{ script: "b6-e2e.ts" }],
+    metrics: [
+      ["main append->wake p50 ms", "B6-e2e", "results.main.median_latencyP50Ms", "B6-e2e", "results.main.median_latencyP50Ms", "lower"],
+      ["main append->wake p99 ms", "B6-e2e", "results.main.median_latencyP99Ms", "B6-e2e", "results.main.median_latencyP99Ms", "lower"],
+      ["main clean-wait p50 ms", "B6-e2e", "results.main.median_cleanLatencyP50Ms", "B6-e2e", "results.main.median_cleanLatencyP50Ms", "lower"],
+      ["simple append->wake p50 ms", "B6-e2e", "results.simple.median_p50Ms", "B6-e2e", "results.simple.median_p50Ms", "lower"],
+      ["simple append->wake p99 ms", "B6-e2e", "results.simple.median_p99Ms", "B6-e2e", "results.simple.median_p99Ms", "lower"],
+      ["main CPU cores", "B6-e2e", "results.main.median_cpuCores", "B6-e2e", "results.main.median_cpuCores", "lower"],
+      ["main achieved rows/s", "B6-e2e", "results.main.median_achievedRowsPerSec", "B6-e2e", "results.main.median_achievedRowsPerSec", "higher"],
+      // The two sides do very different amounts of work in the same 20 s (the reference wakes
+      // far fewer waits and processes only part of the stream), so CPU is also given per unit.
+      ["main CPU ms per 1,000 wakes", "B6-e2e", perRun("main", (r) => (r.cpuSeconds * 1e6) / r.woken), "B6-e2e", perRun("main", (r) => (r.cpuSeconds * 1e6) / r.woken), "lower"],
+      ["main CPU us per processed row", "B6-e2e", perRun("main", (r) => (r.cpuSeconds * 1e6) / r.metaEnd.scanRowsTotal), "B6-e2e", perRun("main", (r) => (r.cpuSeconds * 1e6) / r.metaEnd.scanRowsTotal), "lower"],
+    ],
+  },
 };
 
 export function compare(name, ours, refs) {
   const spec = BENCHES[name];
   const out = {};
   for (const [label, ob, op, rb, rp, better] of spec.metrics) {
-    const o = get(byBench(ours, ob), op);
-    const r = get(byBench(refs, rb), rp);
+    const pick = (line, path) => (typeof path === "function" ? (line ? path(line) : undefined) : get(line, path));
+    const o = pick(byBench(ours, ob), op);
+    const r = pick(byBench(refs, rb), rp);
     out[label] = { ours: o ?? null, reference: r ?? null, ratio: ratio(o, r, better) };
   }
   return out;
