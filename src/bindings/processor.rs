@@ -264,7 +264,12 @@ fn touches_js(env: &Env, r: &ProcessResult) -> napi::Result<sys::napi_value> {
     let mut wm_idx = Vec::with_capacity(n * 4);
     let mut ent_idx = Vec::with_capacity(n * 4);
     let mut tpl_idx = Vec::with_capacity(n * 4);
+    // Watermarks are the offsets of the batch's rows: index them densely from the smallest.
+    let lo = r.touches.iter().map(|t| t.watermark).min().unwrap_or(0);
+    let hi = r.touches.iter().map(|t| t.watermark).max().unwrap_or(0);
+    let dense = hi.saturating_sub(lo) < (4 * n as i64).max(1 << 16);
     let mut watermarks: Vec<i64> = Vec::new();
+    let mut wm_slot: Vec<u32> = if dense { vec![u32::MAX; (hi - lo + 1) as usize] } else { Vec::new() };
     let mut wm_index: rustc_hash::FxHashMap<i64, u32> = rustc_hash::FxHashMap::default();
     let mut hex = [b'0'; 16];
     for t in &r.touches {
@@ -277,10 +282,19 @@ fn touches_js(env: &Env, r: &ProcessResult) -> napi::Result<sys::napi_value> {
             None => routing.extend_from_slice(b"0000000000000000"),
         }
         flags.push(t.routing_key.is_some() as u8 | (((t.kind == TouchKind::Template) as u8) << 1));
-        let w = *wm_index.entry(t.watermark).or_insert_with(|| {
-            watermarks.push(t.watermark);
-            (watermarks.len() - 1) as u32
-        });
+        let w = if dense {
+            let slot = &mut wm_slot[(t.watermark - lo) as usize];
+            if *slot == u32::MAX {
+                watermarks.push(t.watermark);
+                *slot = (watermarks.len() - 1) as u32;
+            }
+            *slot
+        } else {
+            *wm_index.entry(t.watermark).or_insert_with(|| {
+                watermarks.push(t.watermark);
+                (watermarks.len() - 1) as u32
+            })
+        };
         wm_idx.extend_from_slice(&w.to_ne_bytes());
         ent_idx.extend_from_slice(&t.entity.to_ne_bytes());
         tpl_idx.extend_from_slice(&t.template.unwrap_or(u32::MAX).to_ne_bytes());

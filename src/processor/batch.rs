@@ -394,15 +394,17 @@ impl<'p> Batch<'p> {
         result
     }
 
-    fn templates_for_change(
+    fn templates_for_change<'a>(
         &mut self,
-        ch: &RowChange<'_>,
+        ch: &RowChange<'a>,
         tpls: &[usize],
         entity: u32,
         offset: i64,
         ts: f64,
     ) -> Result<()> {
         let window = self.plan.fine_window_ms;
+        // The changed fields of a same-tuple update, computed once for all templates (P7).
+        let mut changed: Option<Vec<Cow<'a, [u8]>>> = None;
         for &t in tpls {
             if self.exhausted {
                 break;
@@ -430,7 +432,7 @@ impl<'p> Batch<'p> {
             let mut watch = KeySet::default();
             let mut membership = KeySet::default();
             let mut projected = KeySet::default();
-            self.keys_for_template(ch, t, &mut watch, &mut membership, &mut projected)?;
+            self.keys_for_template(ch, t, &mut watch, &mut membership, &mut projected, &mut changed)?;
             if self.plan.complete && !images_cover(ch, &self.templates[t]) {
                 // B5: the change concerns tuples its images do not name; the template key
                 // reaches every waiter of this template (the engine adds the catch-all key).
@@ -453,13 +455,15 @@ impl<'p> Batch<'p> {
     }
 
     /// P6: the watch, membership and projected-field keys one template derives from a change.
-    fn keys_for_template(
+    #[allow(clippy::too_many_arguments)]
+    fn keys_for_template<'a>(
         &mut self,
-        ch: &RowChange<'_>,
+        ch: &RowChange<'a>,
         t: usize,
         watch: &mut KeySet,
         membership: &mut KeySet,
         projected: &mut KeySet,
+        changed: &mut Option<Vec<Cow<'a, [u8]>>>,
     ) -> Result<()> {
         let tpl = &self.templates[t];
         let h = &mut self.hasher;
@@ -490,11 +494,12 @@ impl<'p> Batch<'p> {
                             } else if watch_after == Some(wb) {
                                 // Same tuple: one projected key per changed field (P7).
                                 if let Some(args) = &after_args {
-                                    let complete = self.plan.complete;
-                                    for name in
-                                        changed_projected_field_names(&ch.before, &ch.after, &tpl.fields, complete)
-                                    {
-                                        projected.set(h.projected(tpl.bits, &name, args));
+                                    let changed = changed
+                                        .get_or_insert_with(|| changed_projected_field_names(&ch.before, &ch.after, self.plan.complete));
+                                    for name in changed.iter() {
+                                        if !tpl.fields.iter().any(|f| f.as_bytes() == &**name) {
+                                            projected.set(h.projected(tpl.bits, name, args));
+                                        }
                                     }
                                 }
                             }
@@ -677,38 +682,30 @@ fn encode_field<'a>(field: Field<'a>, enc: Encoding) -> Option<Cow<'a, [u8]>> {
     }
 }
 
-/// `changedProjectedFieldNames` (P7): own keys of before, then of after, without
-/// duplicates and without the template's fields, whose values are both eligible and differ.
+/// `changedProjectedFieldNames` (P7) before the template's own fields are left out: own keys
+/// of before, then of after, without duplicates, whose values are both eligible and differ.
+/// Leaving a template's fields out afterwards keeps the order, so one list serves every
+/// template of the change.
 ///
 /// With `complete` (B6), a field holding an object or an array on either side counts as
 /// changed: its content is not compared, so it may fire without a change, but never stays
 /// silent when it did change.
-fn changed_projected_field_names<'a>(
-    before: &Image<'a>,
-    after: &Image<'a>,
-    excluded: &[JsString],
-    complete: bool,
-) -> Vec<Cow<'a, [u8]>> {
+fn changed_projected_field_names<'a>(before: &Image<'a>, after: &Image<'a>, complete: bool) -> Vec<Cow<'a, [u8]>> {
     let mut names: Vec<Cow<'a, [u8]>> = Vec::new();
     for (name, _) in before.own_entries().into_iter().chain(after.own_entries()) {
         if !names.contains(&name) {
             names.push(name);
         }
     }
+    names.retain(|name| {
+        let b = before.get(name).unwrap_or(Field::Undefined);
+        let a = after.get(name).unwrap_or(Field::Undefined);
+        if complete && (is_structured(b) || is_structured(a)) {
+            return true;
+        }
+        is_projected_field_value(b) && is_projected_field_value(a) && !fields_equal(b, a)
+    });
     names
-        .into_iter()
-        .filter(|name| {
-            if excluded.iter().any(|f| f.as_bytes() == &**name) {
-                return false;
-            }
-            let b = before.get(name).unwrap_or(Field::Undefined);
-            let a = after.get(name).unwrap_or(Field::Undefined);
-            if complete && (is_structured(b) || is_structured(a)) {
-                return true;
-            }
-            is_projected_field_value(b) && is_projected_field_value(a) && !fields_equal(b, a)
-        })
-        .collect()
 }
 
 #[cfg(test)]

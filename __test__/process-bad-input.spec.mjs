@@ -1,0 +1,110 @@
+// Bad input to processRows: every malformed row gives a clear result (it counts, yields no
+// change) and every malformed request a coded rejection; a failing batch rejects alone.
+import assert from "node:assert/strict";
+import { test, dt, rejectsWithCode } from "./harness.mjs";
+
+const PROFILE = { kind: "state-protocol", touch: { enabled: true } };
+const TEMPLATE = { templateId: dt.keys.templateId("public.e0", ["tenantId"]), entity: "public.e0", fields: ["tenantId"], encodings: ["string"], activeFromSourceOffset: 0n };
+const rec = (value, extra = {}) => JSON.stringify({ type: "public.e0", key: "1", value, headers: { operation: "insert" }, ...extra });
+const rows = (payloads) => payloads.map((p, i) => ({ offset: BigInt(i), tsMs: 1000 + i, payload: Buffer.isBuffer(p) ? p : Buffer.from(p) }));
+const req = (n, extra = {}) => ({ stream: "s", fromOffset: 0n, toOffset: BigInt(n - 1), profile: PROFILE, maxRows: 1000, maxBytes: 64 << 20, ...extra });
+
+test("malformed rows count as read and yield no change", async () => {
+  const payloads = [
+    "{not json",
+    "",
+    "\u00ff\u00fe",
+    Buffer.from([0xc3, 0x28, 0xff]),
+    "[1,2,3]",
+    "42",
+    "null",
+    '{"type":"public.e0","key":"1","headers":{"operation":"upsert"}}',
+    '{"type":"public.e0","key":"1","headers":[]}',
+    '{"headers":{"control":"reset"}}',
+    rec({ tenantId: "t1" }) + "x",
+  ];
+  const r = await dt.processRows(rows(payloads), req(payloads.length), [TEMPLATE]);
+  assert.equal(r.stats.rowsRead, payloads.length);
+  assert.equal(r.stats.changes, 0);
+  assert.equal(r.touches.length, 0);
+  assert.equal(r.processedThrough, BigInt(payloads.length - 1));
+});
+
+test("deep nesting, huge rows, big numbers, invalid UTF-8 and a BOM are processed like JSON.parse reads them", async () => {
+  const deep = "[".repeat(50_000) + "1" + "]".repeat(50_000);
+  const payloads = [
+    rec({ tenantId: "t1", deep: "__DEEP__" }).replace('"__DEEP__"', deep),
+    rec({ tenantId: "t2", title: "x".repeat(4 << 20) }),
+    rec({ tenantId: 9007199254740993 }).replace("9007199254740992", "9007199254740993"),
+    Buffer.concat([Buffer.from(rec({ tenantId: "t3" }).slice(0, -2)), Buffer.from([0xff]), Buffer.from("}}")]),
+    Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(rec({ tenantId: "t4" }))]),
+    Buffer.from(rec({ tenantId: "t\udc00" })),
+  ];
+  const r = await dt.processRows(rows(payloads), req(payloads.length), [TEMPLATE]);
+  assert.equal(r.stats.rowsRead, 6);
+  // Row 3 has a raw 0xff byte outside any string: after lossy decoding that is U+FFFD
+  // between tokens, which is not JSON.
+  assert.equal(r.stats.changes, 5);
+  const watch = (arg) => dt.keys.watchKey(TEMPLATE.templateId, [arg]);
+  const keys = new Set(r.touches.map((t) => t.routingKey));
+  for (const arg of ["t1", "t2", "9007199254740992", "t4", "t\ufffd"]) assert.ok(keys.has(watch(arg)), arg);
+});
+
+test("bad template ids and shapes are skipped, as the reference skips such rows", async () => {
+  const bad = [
+    { ...TEMPLATE, templateId: TEMPLATE.templateId.toUpperCase() },
+    { ...TEMPLATE, templateId: "xyz" },
+    { ...TEMPLATE, entity: "  " },
+    { ...TEMPLATE, fields: [], encodings: [] },
+    { ...TEMPLATE, fields: ["a", "b", "c", "d"], encodings: ["string", "string", "string", "string"] },
+    { ...TEMPLATE, encodings: ["uuid"] },
+    { ...TEMPLATE, encodings: ["string", "string"] },
+  ];
+  const r = await dt.processRows(rows([rec({ tenantId: "t1" })]), req(1), bad);
+  assert.deepEqual(r.touches.map((t) => t.kind), ["table"]);
+});
+
+test("ranges: fromOffset > toOffset is an empty batch; rows outside the range are ignored", async () => {
+  const rs = rows([rec({ tenantId: "t1" }), rec({ tenantId: "t2" }), rec({ tenantId: "t3" })]);
+  const empty = await dt.processRows(rs, req(3, { fromOffset: 2n, toOffset: 1n }), [TEMPLATE]);
+  assert.deepEqual([empty.processedThrough, empty.stats.rowsRead, empty.touches.length], [1n, 0, 0]);
+  const mid = await dt.processRows(rs, req(3, { fromOffset: 1n, toOffset: 1n }), [TEMPLATE]);
+  assert.deepEqual([mid.processedThrough, mid.stats.rowsRead], [1n, 1]);
+});
+
+test("bad requests are coded rejections, never throws or crashes", async () => {
+  const rs = rows([rec({ tenantId: "t1" })]);
+  await rejectsWithCode(dt.processRows(rs, req(1, { fromOffset: -1n }), []), "ERR_INVALID_ARGUMENT");
+  await rejectsWithCode(dt.processRows(rs, req(1, { fromOffset: "0" }), []), "ERR_INVALID_ARGUMENT");
+  await rejectsWithCode(dt.processRows(rs, req(1, { toOffset: 2n ** 64n }), []), "ERR_INVALID_ARGUMENT");
+  await rejectsWithCode(dt.processRows(rs, { ...req(1), stream: undefined }, []), "ERR_INVALID_ARGUMENT");
+  await rejectsWithCode(dt.processRows("rows", req(1), []), "ERR_INVALID_ARGUMENT");
+  await rejectsWithCode(dt.processRows([{ offset: 0n, tsMs: 1 }], req(1), []), "ERR_INVALID_ARGUMENT");
+  await rejectsWithCode(dt.processRows([{ offset: 1.5, tsMs: 1, payload: Buffer.from("{}") }], req(1), []), "ERR_INVALID_ARGUMENT");
+  await rejectsWithCode(dt.processRows([...rs, ...rs], req(1), []), "ERR_INVALID_ARGUMENT");
+  await rejectsWithCode(dt.processRows(rs, req(1), "templates"), "ERR_INVALID_ARGUMENT");
+  const e = await rejectsWithCode(dt.processRows(rs, req(1, { profile: { kind: "state-protocol", touch: { enabled: false } } }), []), "ERR_TOUCH_NOT_ENABLED");
+  assert.equal(e.message, "touch not enabled for profile");
+  await rejectsWithCode(dt.processRows(rs, req(1, { profile: { kind: "generic", touch: { enabled: true } } }), []), "ERR_TOUCH_NOT_ENABLED");
+  // String payloads and number offsets take the slow path and give the same result.
+  const slow = await dt.processRows([{ offset: 0, tsMs: 1000, payload: rec({ tenantId: "t1" }) }], req(1), [TEMPLATE]);
+  const fast = await dt.processRows(rs, req(1), [TEMPLATE]);
+  assert.deepEqual(slow, fast);
+});
+
+test("a failing batch rejects only its own promise while others run in parallel", async () => {
+  const update = rows([JSON.stringify({ type: "public.e0", key: "1", value: { tenantId: "t1" }, headers: { operation: "update" } })]);
+  const failing = { ...req(1), profile: { kind: "state-protocol", touch: { enabled: true, onMissingBefore: "error" } } };
+  const all = await Promise.allSettled([...Array(12)].map((_, i) => dt.processRows(update, i % 4 === 0 ? failing : req(1), [TEMPLATE])));
+  all.forEach((s, i) => {
+    if (i % 4 === 0) {
+      assert.equal(s.status, "rejected");
+      assert.equal(s.reason.code, "ERR_PROCESSING");
+      assert.equal(s.reason.message, `missing old_value for update (entity=public.e0, templateId=${TEMPLATE.templateId})`);
+    } else {
+      assert.equal(s.status, "fulfilled");
+      assert.equal(s.value.stats.changes, 1);
+    }
+  });
+  assert.ok(dt.processorThreads() >= 1);
+});
