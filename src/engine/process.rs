@@ -26,12 +26,15 @@ use crate::store::{blocking, STREAM_FLAG_DELETED};
 const SETTLE_POLL: Duration = Duration::from_millis(2);
 
 /// What one batch decided, before it ran.
+#[derive(Clone)]
 struct BatchPlan {
     granularity: Granularity,
     budget: Option<f64>,
     grant: u64,
     mode: TouchMode,
-    has_waiters: bool,
+    /// Waiters now, or keys and templates still in their grace period (M19): the coalesce
+    /// window stays short across the moment a burst of woken waiters has not re-registered.
+    recent_interest: bool,
     max_rows: usize,
 }
 
@@ -277,7 +280,7 @@ impl Inner {
             }
             // One row alone exceeds the budget: coarsen just that row to its templates' keys
             // (which templated waiters hear) and the catch-all key (which the others hear).
-            let mut coarse = plan_clone(&plan);
+            let mut coarse = plan.clone();
             coarse.granularity = Granularity::Template;
             coarse.budget = None;
             let req = self.request(name, cfg, from, to, &coarse, 1);
@@ -306,7 +309,7 @@ impl Inner {
             let uncovered = result.stats.uncovered_changes > 0.0 || result.stats.control_records > 0.0;
             (j, (coarsened && !result.touches.is_empty()) || uncovered)
         };
-        journal.set_coalesce_ms(adaptive_coalesce_ms(cfg.memory.bucket_ms, remaining, plan.has_waiters));
+        journal.set_coalesce_ms_sooner(adaptive_coalesce_ms(cfg.memory.bucket_ms, remaining, plan.recent_interest));
         let mut compensation = 0.0;
         let touches = journal_touches(&result);
         let catch_all = catch_all_needed.then(|| JournalTouch {
@@ -378,6 +381,7 @@ impl Inner {
         let limits = hot_limits(cfg);
         let hot = rt.hot_snapshot(&limits, now);
         let has_waiters = hot.has_any_waiters();
+        let recent_interest = has_waiters || hot.has_fine_demand();
         // B4: fine touches are computed whether or not a waiter is parked yet, so the lag
         // guard applies regardless of demand.
         let suppressed = rt.lag.update(
@@ -393,7 +397,7 @@ impl Inner {
                 budget: None,
                 grant: 0,
                 mode: if has_waiters { TouchMode::Restricted } else { TouchMode::Idle },
-                has_waiters,
+                recent_interest,
                 max_rows: max_rows_cfg,
             };
         }
@@ -407,7 +411,7 @@ impl Inner {
                 budget: None,
                 grant: 0,
                 mode: if has_waiters { TouchMode::CoarseOnly } else { TouchMode::Idle },
-                has_waiters,
+                recent_interest,
                 max_rows: max_rows_cfg,
             };
         }
@@ -422,7 +426,7 @@ impl Inner {
             budget,
             grant: grant.granted,
             mode: if has_waiters { TouchMode::Fine } else { TouchMode::Idle },
-            has_waiters,
+            recent_interest,
             max_rows,
         }
     }
@@ -568,17 +572,6 @@ impl Inner {
             }
         }
         self.state.lock().settles.extend(keep);
-    }
-}
-
-fn plan_clone(p: &BatchPlan) -> BatchPlan {
-    BatchPlan {
-        granularity: p.granularity,
-        budget: p.budget,
-        grant: p.grant,
-        mode: p.mode,
-        has_waiters: p.has_waiters,
-        max_rows: p.max_rows,
     }
 }
 

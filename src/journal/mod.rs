@@ -243,6 +243,21 @@ impl Journal {
         self.inner.core.lock().state.set_coalesce_ms(ms);
     }
 
+    /// J7, then (unlike the reference, which keeps an armed timer's delay) brings an armed
+    /// bucket timer forward to `now + coalesce` when that is sooner. The engine uses this so
+    /// that a stream that caught up flushes within the short window (deviations.md, M6/J7).
+    pub fn set_coalesce_ms_sooner(&self, ms: f64) {
+        let mut core = self.inner.core.lock();
+        core.state.set_coalesce_ms(ms);
+        let at = mono_now().saturating_add(core.state.coalesce_ms().saturating_mul(1_000_000));
+        if core.flush_timer.as_ref().is_some_and(|armed| armed.at > at) {
+            if let Some(armed) = core.flush_timer.take() {
+                timer::cancel(armed.key);
+            }
+            core.flush_timer = Some(self.inner.arm(&mut core, at, FLUSH_TIMER));
+        }
+    }
+
     /// Flushes the pending bucket now (tests, benchmarks, `settle: "flush"`), cancelling the
     /// armed flush timer. Returns whether a generation was produced.
     pub fn flush(&self) -> bool {

@@ -494,8 +494,9 @@ impl<'p> Batch<'p> {
                             } else if watch_after == Some(wb) {
                                 // Same tuple: one projected key per changed field (P7).
                                 if let Some(args) = &after_args {
-                                    let changed = changed
-                                        .get_or_insert_with(|| changed_projected_field_names(&ch.before, &ch.after, self.plan.complete));
+                                    let changed = changed.get_or_insert_with(|| {
+                                        changed_projected_field_names(&ch.before, &ch.after, self.plan.complete)
+                                    });
                                     for name in changed.iter() {
                                         if !tpl.fields.iter().any(|f| f.as_bytes() == &**name) {
                                             projected.set(h.projected(tpl.bits, name, args));
