@@ -66,6 +66,12 @@ export interface AppendResult {
   nextOffset: bigint
 }
 
+/** A parsed touch cursor. */
+export interface ParsedTouchCursor {
+  epoch: string
+  generation: number
+}
+
 /** Threads in the native processor pool (batches run in parallel up to this many). */
 export declare function processorThreads(): number
 
@@ -204,12 +210,6 @@ export interface TouchConfig {
   templates?: TouchTemplatesConfig
 }
 
-/** A parsed touch cursor. */
-export interface TouchCursor {
-  epoch: string
-  generation: number
-}
-
 /** `touch.memory` of a normalised [`TouchConfig`]. */
 export interface TouchMemoryConfig {
   bucketMs: number
@@ -290,7 +290,7 @@ export declare namespace keys {
   /** `membershipKeyIdFor(templateId, encodedArgs)`. */
   export function membershipKeyId(templateId: string, encodedArgs: string[]): number
   /** `parseTouchCursor(raw)` (J3): `{ epoch, generation }` or null. */
-  export function parseTouchCursor(raw: string): TouchCursor | null
+  export function parseTouchCursor(raw: string): ParsedTouchCursor | null
   /** `projectedFieldKeyFor(templateId, fieldName, encodedArgs)`. */
   export function projectedFieldKey(templateId: string, fieldName: string, encodedArgs: string[]): string
   /** `projectedFieldKeyIdFor(templateId, fieldName, encodedArgs)`. */
