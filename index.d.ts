@@ -237,6 +237,12 @@ export interface ParsedTouchCursor {
   generation: number
 }
 
+/** A parsed touch cursor. */
+export interface ParsedTouchCursor {
+  epoch: string
+  generation: number
+}
+
 /** J3: `{ epoch, generation }` for `<epochHex16>:<digits>` (trimmed; epoch lowercased), else null. */
 export declare function parseTouchCursor(raw: string): ParsedTouchCursor | null
 
@@ -419,12 +425,6 @@ export interface TouchConfig {
   lagReservedFineTouchBudgetPerBatch?: number
   memory?: TouchMemoryConfig
   templates?: TouchTemplatesConfig
-}
-
-/** A parsed touch cursor. */
-export interface TouchCursor {
-  epoch: string
-  generation: number
 }
 
 /** Options of `new TouchEngine(store, options)`. */
@@ -706,7 +706,7 @@ export declare namespace keys {
   /** `membershipKeyIdFor(templateId, encodedArgs)`. */
   export function membershipKeyId(templateId: string, encodedArgs: string[]): number
   /** `parseTouchCursor(raw)` (J3): `{ epoch, generation }` or null. */
-  export function parseTouchCursor(raw: string): TouchCursor | null
+  export function parseTouchCursor(raw: string): ParsedTouchCursor | null
   /** `projectedFieldKeyFor(templateId, fieldName, encodedArgs)`. */
   export function projectedFieldKey(templateId: string, fieldName: string, encodedArgs: string[]): string
   /** `projectedFieldKeyIdFor(templateId, fieldName, encodedArgs)`. */

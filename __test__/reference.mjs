@@ -18,8 +18,22 @@ export function referenceAvailable() {
   return existsSync(BUN) && existsSync(join(REFERENCE_SRC, "touch", "live_keys.ts"));
 }
 
-/** Runs __test__/reference/<name>.ts with `input`; resolves its parsed JSON output. */
-export function runReference(name, input = {}, { env = {} } = {}) {
+/**
+ * Runs __test__/reference/<name>.ts with `input`; resolves its parsed JSON output. With
+ * `retries`, a child that crashed (killed by a signal: Bun 1.3.6 occasionally segfaults while
+ * tearing down worker threads) is run again, up to that many times.
+ */
+export async function runReference(name, input = {}, { env = {}, retries = 0 } = {}) {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await runReferenceOnce(name, input, { env });
+    } catch (e) {
+      if (attempt >= retries || !e.crashed) throw e;
+    }
+  }
+}
+
+function runReferenceOnce(name, input, { env }) {
   const dir = tempDir("dt-ref-");
   const inputPath = join(dir, "input.json");
   writeFileSync(inputPath, JSON.stringify(input, (_, v) => (typeof v === "bigint" ? { $bigint: v.toString() } : v)));
@@ -34,9 +48,13 @@ export function runReference(name, input = {}, { env = {} } = {}) {
     child.stdout.on("data", (d) => out.push(d));
     child.stderr.on("data", (d) => err.push(d));
     child.on("error", reject);
-    child.on("close", (code) => {
+    child.on("close", (code, signal) => {
       const stdout = Buffer.concat(out).toString();
-      if (code !== 0) return reject(new Error(`reference script ${name} exited ${code}: ${Buffer.concat(err).toString()}`));
+      if (code !== 0) {
+        const e = new Error(`reference script ${name} exited ${code ?? signal}: ${Buffer.concat(err).toString()}`);
+        e.crashed = code === null || /Bun has crashed/.test(e.message);
+        return reject(e);
+      }
       try {
         resolve(JSON.parse(stdout, (_, v) => (v && typeof v === "object" && typeof v.$bigint === "string" ? BigInt(v.$bigint) : v)));
       } catch (e) {

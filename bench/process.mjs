@@ -11,7 +11,17 @@
 // gets the rows of its range (what a host's WAL range read returns). Time includes reading
 // the rows from JS, processing and building the touch objects on the JS thread. Prints one
 // JSON line per benchmark.
-import { cpus, loadavg } from "node:os";
+//
+// `results.native` adds the native core alone (examples/process_native.rs, built with
+// `cargo --release`; skipped with --no-native or without cargo): the same batches without the
+// JS side (rows handed in, touch objects built), which is what the engine's store-backed
+// batches cost before the journal.
+import { cpus, loadavg, tmpdir } from "node:os";
+import { spawnSync } from "node:child_process";
+import { writeFileSync, rmSync } from "node:fs";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { generateRecords } from "./gen-workload.mjs";
 import { createRequire } from "node:module";
 import { workloadRows, activeTemplates, requestBase, canonicalSha } from "./process-workload.mjs";
 
@@ -77,7 +87,30 @@ async function pass(rows, base, templates, { parallel, capture = 0 }) {
   return { seconds: round(seconds, 4), rowsPerSec: round(n / seconds), ...acc, captured };
 }
 
-async function bench(name, n, kind, templates) {
+/** The native core's rates (one thread, all cores) for B2 and B3, or null. */
+function nativeRates() {
+  if (process.argv.includes("--no-native")) return null;
+  const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+  const file = join(tmpdir(), `dt-process-native-${process.pid}.jsonl`);
+  writeFileSync(file, generateRecords({ n: N, seed: SEED }).join("\n") + "\n");
+  try {
+    log("native core: cargo run --release --example process_native (builds on first use)");
+    const r = spawnSync("cargo", ["run", "--release", "--quiet", "--example", "process_native", "--", file, "--json", "--runs", String(RUNS)], {
+      cwd: root,
+      stdio: ["ignore", "pipe", "inherit"],
+      encoding: "utf8",
+    });
+    if (r.status !== 0) {
+      log(`native core skipped (cargo exited ${r.status ?? r.error?.message})`);
+      return null;
+    }
+    return JSON.parse(r.stdout.trim().split("\n").pop());
+  } finally {
+    rmSync(file, { force: true });
+  }
+}
+
+async function bench(name, n, kind, templates, native) {
   log(`${name}: generating ${n} records`);
   const rows = workloadRows(n, SEED);
   const payloadBytes = rows.reduce((a, r) => a + r.payload.length, 0);
@@ -126,9 +159,11 @@ async function bench(name, n, kind, templates) {
       },
     },
   };
+  if (native) line.results.native = { driver: "examples/process_native.rs (no JS)", n: native.rows, medianRowsPerSec: native.medianRowsPerSec, allCores: native.allCores };
   if (fixture) line.fixture = fixture;
   console.log(JSON.stringify(line));
 }
 
-await bench("B2-process-coarse", N, "coarse", []);
-await bench("B3-process-fine", N_FINE, "fine", activeTemplates());
+const native = nativeRates();
+await bench("B2-process-coarse", N, "coarse", [], native?.coarse);
+await bench("B3-process-fine", N_FINE, "fine", activeTemplates(), native?.fine);

@@ -1,16 +1,37 @@
-//! Native-only processor timing (no JS): `cargo run --release --example process_native -- <workload.jsonl>`
-//! where the file comes from `node bench/gen-workload.mjs --n 100000`. Runs the B2 (coarse) and
-//! B3 (24 templates, key granularity, unlimited budget) requests in batches of 10,000 rows.
+//! Native-only processor throughput (no JS): what the engine's store-backed batches cost
+//! before any touch becomes a JS object.
+//!
+//!   cargo run --release --example process_native -- <workload.jsonl> [--json] [--runs 3]
+//!
+//! The file is `node bench/gen-workload.mjs --n N` output. Runs B2 (coarse) and B3 (24
+//! templates, key granularity, unlimited budget) in batches of 10,000 rows, on one thread
+//! (batches one after another) and on all cores (batches spread over the processor pool's
+//! threads), and prints rows/s (medians with `--json`; bench/process.mjs reads that).
 use std::time::Instant;
 
 use durable_touch::keys;
 use durable_touch::processor::{process_rows, ProcessRequest, Row, TemplateRow, TouchSettings};
 use durable_touch::spec::OnMissingBefore;
+use rayon::prelude::*;
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let m = xs.len() / 2;
+    if xs.len() % 2 == 1 {
+        xs[m]
+    } else {
+        (xs[m - 1] + xs[m]) / 2.0
+    }
+}
 
 fn main() {
-    let path = std::env::args().nth(1).expect("usage: process_native <workload.jsonl>");
+    let args: Vec<String> = std::env::args().collect();
+    let path = args.get(1).expect("usage: process_native <workload.jsonl> [--json] [--runs N]");
+    let json = args.iter().any(|a| a == "--json");
+    let runs: usize =
+        args.iter().position(|a| a == "--runs").and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(3);
     let text = std::fs::read_to_string(path).expect("read workload");
-    let rows: Vec<Row> = text
+    let all_rows: Vec<Row> = text
         .lines()
         .enumerate()
         .map(|(i, l)| Row { offset: i as i64, ts_ms: 1704067200000.0 + i as f64, payload: l.as_bytes().to_vec() })
@@ -28,33 +49,54 @@ fn main() {
             });
         }
     }
-    let settings = |budget| TouchSettings {
-        coarse_interval_ms: Some(100.0),
-        touch_coalesce_window_ms: Some(100.0),
-        on_missing_before: OnMissingBefore::Coarse,
-        fine_touch_budget_per_batch: budget,
-    };
-    let only = std::env::args().nth(2);
-    for (name, fine) in [("coarse", false), ("fine", true)] {
-        if only.as_deref().is_some_and(|o| o != name) {
-            continue;
-        }
-        for _ in 0..3 {
-            let t0 = Instant::now();
-            let mut touches = 0;
-            for chunk in rows.chunks(10_000) {
-                let mut req = ProcessRequest::new("bench", chunk[0].offset, rows.len() as i64 - 1, settings(None));
-                req.max_rows = 10_000.0;
-                req.max_bytes = 64.0 * 1024.0 * 1024.0;
-                if !fine {
-                    req.emit_fine_touches = false;
-                    req.fine_touch_budget = Some(0.0);
-                }
-                let r = process_rows(&req, chunk, if fine { &templates } else { &[] }).unwrap();
-                touches += r.touches.len();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+    let mut out = Vec::new();
+    for (name, fine, n) in [("coarse", false, all_rows.len()), ("fine", true, all_rows.len().min(100_000))] {
+        let rows = &all_rows[..n];
+        let batch = |chunk: &[Row]| {
+            let settings = TouchSettings {
+                coarse_interval_ms: Some(100.0),
+                touch_coalesce_window_ms: Some(100.0),
+                on_missing_before: OnMissingBefore::Coarse,
+                fine_touch_budget_per_batch: if fine { None } else { Some(2000.0) },
+            };
+            let mut req = ProcessRequest::new("bench", chunk[0].offset, n as i64 - 1, settings);
+            req.max_rows = 10_000.0;
+            req.max_bytes = 64.0 * 1024.0 * 1024.0;
+            if !fine {
+                req.emit_fine_touches = false;
+                req.fine_touch_budget = Some(0.0);
             }
-            let s = t0.elapsed().as_secs_f64();
-            println!("{name}: {:.0} rows/s ({touches} touches, {:.3}s)", rows.len() as f64 / s, s);
+            process_rows(&req, chunk, if fine { &templates } else { &[] }).expect("batch").touches.len()
+        };
+        let (mut one, mut all) = (Vec::new(), Vec::new());
+        for _ in 0..runs + 1 {
+            let t0 = Instant::now();
+            let touches: usize = rows.chunks(10_000).map(batch).sum();
+            one.push(n as f64 / t0.elapsed().as_secs_f64());
+            let t0 = Instant::now();
+            let touches_all: usize = pool.install(|| rows.par_chunks(10_000).with_max_len(1).map(batch).sum());
+            all.push(n as f64 / t0.elapsed().as_secs_f64());
+            assert_eq!(touches, touches_all);
+            if !json {
+                println!(
+                    "{name}: one thread {:.0} rows/s, all cores {:.0} rows/s ({touches} touches)",
+                    one.last().unwrap(),
+                    all.last().unwrap()
+                );
+            }
         }
+        // The first pass warms up.
+        one.remove(0);
+        all.remove(0);
+        out.push(format!(
+            "\"{name}\":{{\"rows\":{n},\"medianRowsPerSec\":{:.1},\"allCores\":{{\"threads\":{threads},\"medianRowsPerSec\":{:.1}}}}}",
+            median(one),
+            median(all)
+        ));
+    }
+    if json {
+        println!("{{{}}}", out.join(","));
     }
 }

@@ -201,16 +201,16 @@ pub fn canonicalize_template_fields<'env>(env: &'env Env, fields: Unknown) -> na
 
 /// A parsed touch cursor.
 #[napi(object, object_from_js = false)]
-pub struct TouchCursor {
+pub struct ParsedTouchCursor {
     pub epoch: String,
     pub generation: f64,
 }
 
 /// `parseTouchCursor(raw)` (J3): `{ epoch, generation }` or null.
 #[napi(namespace = "keys", ts_args_type = "raw: string")]
-pub fn parse_touch_cursor(env: &Env, raw: Unknown) -> napi::Result<Option<TouchCursor>> {
+pub fn parse_touch_cursor(env: &Env, raw: Unknown) -> napi::Result<Option<ParsedTouchCursor>> {
     let raw = js(env, &raw).string("raw").map_err(|e| throw(env, e))?;
-    Ok(keys::parse_touch_cursor(&raw).map(|c| TouchCursor { epoch: c.epoch, generation: c.generation }))
+    Ok(keys::parse_touch_cursor(&raw).map(|c| ParsedTouchCursor { epoch: c.epoch, generation: c.generation }))
 }
 
 /// `formatTouchCursor(epoch, generation)` (J3).

@@ -301,6 +301,19 @@ fn decode_escaped(raw: &[u8], out: &mut Vec<u8>) {
     }
 }
 
+/// Bytes that end a run of plain string content: `"`, `\\` and control characters.
+static SPECIAL: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = true;
+        i += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
 /// Whether any byte of `w` is `"`, `\\` or below 0x20 (SWAR).
 #[inline]
 fn has_special_byte(w: u64) -> bool {
@@ -372,7 +385,8 @@ impl<'a> Scanner<'a> {
         let b = self.b;
         let mut i = self.pos;
         loop {
-            // Skip 8 plain bytes at a time: no quote, backslash or control character.
+            // Skip 8 plain bytes at a time (no quote, backslash or control character), then
+            // byte by byte up to the next special one.
             while i + 8 <= b.len() {
                 let w = u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
                 if has_special_byte(w) {
@@ -380,6 +394,7 @@ impl<'a> Scanner<'a> {
                 }
                 i += 8;
             }
+            i += b[i..].iter().position(|&c| SPECIAL[c as usize]).unwrap_or(b.len() - i);
             let Some(&c) = b.get(i) else { return Err(SyntaxError) };
             match c {
                 b'"' => break,
