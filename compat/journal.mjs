@@ -1,8 +1,10 @@
 // `TouchJournal`, `parseTouchCursor`, `formatTouchCursor` for the reference server
 // (`touch/touch_journal.ts`): the native journal, which already has the reference's
-// constructor options and methods. The one gap is bridged here: the native `waitForAny` takes
-// at most 1024 keys (and 1024 exact keys) per wait, the reference any number, so a larger
-// wait becomes several native waits on the same generation, settled by the first hit.
+// constructor options and methods. Two gaps in `waitForAny` are bridged here: the generation
+// is taken through `>>> 0` as the reference does (so an omitted one is 0, where the native
+// default is the current generation), and the native journal takes at most 1024 keys (and
+// 1024 exact keys) per wait, the reference any number, so a larger wait becomes several native
+// waits on the same generation, settled by the first hit.
 import { createRequire } from "node:module";
 
 const require = createRequire(import.meta.url);
@@ -20,9 +22,10 @@ const chunks = (list) => {
 
 export class TouchJournal extends native.TouchJournal {
   waitForAny(args) {
-    const keys = args?.keys;
-    const exact = args?.exactKeys;
-    const big = (keys?.length ?? 0) > MAX_WAIT_KEYS || (Array.isArray(exact) && exact.length > MAX_WAIT_KEYS);
+    if (args === null || typeof args !== "object") return super.waitForAny(args);
+    args = { ...args, afterGeneration: args.afterGeneration >>> 0 };
+    const exact = args.exactKeys;
+    const big = (args.keys?.length ?? 0) > MAX_WAIT_KEYS || (Array.isArray(exact) && exact.length > MAX_WAIT_KEYS);
     if (!big) return super.waitForAny(args);
     return this.#waitInParts(args);
   }
@@ -41,7 +44,7 @@ export class TouchJournal extends native.TouchJournal {
     const stop = new AbortController();
     const onAbort = () => stop.abort();
     args.signal?.addEventListener("abort", onAbort, { once: true });
-    const afterGeneration = args.afterGeneration ?? this.getGeneration();
+    const afterGeneration = args.afterGeneration;
     const parts = [
       ...chunks(keys).map((k) => ({ keys: k, exactKeys: null })),
       ...chunks(exact).map((e) => ({ keys: [], exactKeys: e })),
