@@ -32,8 +32,12 @@ if (command === "serve") {
     console.error("usage: durable-touch swap <path-to-server-src> [--undo]");
     process.exit(2);
   }
-  const out = swap(target, { undo: argv.includes("--undo") });
-  for (const line of out) console.log(line);
+  try {
+    for (const line of swap(target, { undo: argv.includes("--undo") })) console.log(line);
+  } catch (e) {
+    console.error(`durable-touch swap: ${e.message}`);
+    process.exit(1);
+  }
 } else {
   console.error(`unknown command ${command}; use "serve" or "swap"`);
   process.exit(2);

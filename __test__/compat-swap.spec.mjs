@@ -1,0 +1,192 @@
+// The swap command on a copy of the reference server's src/, and the swapped server driven
+// over HTTP like a user (under Bun; the reference is Bun-only), next to the unswapped copy:
+// the same flows give the same visible answers, and the swapped copy really runs the native
+// journal and pool.
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { appendFileSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from "node:fs";
+import { join, dirname, resolve } from "node:path";
+import { test, tempDir } from "./harness.mjs";
+import { ROOT, REFERENCE_SRC, runReference, referenceAvailable } from "./reference.mjs";
+import { swap, exportedNames } from "../lib/swap.mjs";
+
+const MODULES = ["touch/touch_journal.ts", "touch/worker_pool.ts"];
+
+/**
+ * A temp folder holding copies of the reference's src/ (one per name) and a node_modules of
+ * symlinks to ours plus `durable-touch` → this checkout, so the copies resolve their imports.
+ */
+function serverCopies(...names) {
+  const dir = tempDir("dt-swap-");
+  const modules = join(dir, "node_modules");
+  mkdirSync(modules);
+  const ours = join(ROOT, "node_modules");
+  for (const entry of readdirSync(ours)) symlinkSync(realpathSync(join(ours, entry)), join(modules, entry));
+  symlinkSync(ROOT, join(modules, "durable-touch"));
+  const pkg = join(REFERENCE_SRC, "..", "package.json");
+  return Object.fromEntries(
+    names.map((name) => {
+      mkdirSync(join(dir, name));
+      cpSync(REFERENCE_SRC, join(dir, name, "src"), { recursive: true });
+      cpSync(pkg, join(dir, name, "package.json"));
+      return [name, join(dir, name, "src")];
+    })
+  );
+}
+
+const bytes = (src) => MODULES.map((m) => readFileSync(join(src, m)));
+
+/** Every name the server's other modules import from the two swapped modules. */
+function importedNames(src) {
+  const names = { "touch/touch_journal.ts": new Set(), "touch/worker_pool.ts": new Set() };
+  const walk = (d) => {
+    for (const e of readdirSync(d, { withFileTypes: true })) {
+      const p = join(d, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (e.name.endsWith(".ts")) {
+        const text = readFileSync(p, "utf8");
+        for (const m of text.matchAll(/import\s+(?:type\s+)?\{([^}]*)\}\s+from\s+"([^"]+)"/g)) {
+          const target = resolve(dirname(p), m[2]).replace(/\.ts$/, "") + ".ts";
+          const mod = MODULES.find((x) => target === join(src, x));
+          if (mod) for (const part of m[1].split(",")) if (part.trim()) names[mod].add(part.trim().replace(/^type\s+/, "").split(/\s+as\s+/)[0]);
+        }
+      }
+    }
+  };
+  walk(src);
+  return names;
+}
+
+test("swap rewrites exactly the two modules, keeps their export names, is idempotent, and --undo restores them byte for byte", () => {
+  const { a, b } = serverCopies("a", "b");
+  const original = bytes(a);
+  const before = readdirSync(join(a, "touch")).sort();
+
+  const log = swap(a);
+  assert.deepEqual(log, [
+    "touch/touch_journal.ts: swapped to durable-touch/compat (original saved as touch/touch_journal.ts.orig)",
+    "touch/worker_pool.ts: swapped to durable-touch/compat (original saved as touch/worker_pool.ts.orig)",
+  ]);
+  assert.deepEqual(readdirSync(join(a, "touch")).sort(), [...before, "touch_journal.ts.orig", "worker_pool.ts.orig"].sort());
+  MODULES.forEach((m, i) => assert.ok(readFileSync(join(a, `${m}.orig`)).equals(original[i]), `${m}.orig is the original`));
+  const imported = importedNames(a);
+  assert.deepEqual([...imported["touch/touch_journal.ts"]].sort(), ["TouchJournal", "TouchJournalIntervalStats", "TouchJournalMeta", "parseTouchCursor"]);
+  assert.deepEqual([...imported["touch/worker_pool.ts"]], ["TouchProcessorWorkerPool"]);
+  for (const m of MODULES) {
+    const text = readFileSync(join(a, m), "utf8");
+    assert.match(text, /from "durable-touch\/compat"/);
+    assert.doesNotMatch(text.replace(/^\/\/.*$/gm, ""), /\bclass\b|\bfunction\b/, "only re-exports");
+    const exported = exportedNames(text);
+    for (const name of imported[m]) assert.ok(exported.has(name), `${m} still exports ${name}`);
+    // Every export of the original survives (values and types).
+    assert.deepEqual([...exported].sort(), [...exportedNames(readFileSync(join(a, `${m}.orig`), "utf8"))].sort());
+  }
+  // Nothing else in the tree changed.
+  for (const f of readdirSync(join(a, "touch")).filter((f) => !f.includes("touch_journal") && !f.includes("worker_pool"))) {
+    assert.ok(readFileSync(join(a, "touch", f)).equals(readFileSync(join(REFERENCE_SRC, "touch", f))), f);
+  }
+
+  const swapped = bytes(a);
+  assert.deepEqual(swap(a), ["touch/touch_journal.ts: already swapped (original in touch/touch_journal.ts.orig)", "touch/worker_pool.ts: already swapped (original in touch/worker_pool.ts.orig)"]);
+  bytes(a).forEach((buf, i) => assert.ok(buf.equals(swapped[i]), "swapping twice = swapping once"));
+  assert.deepEqual(swap(join(a, "..")), ["touch/touch_journal.ts: already swapped (original in touch/touch_journal.ts.orig)", "touch/worker_pool.ts: already swapped (original in touch/worker_pool.ts.orig)"], "the package root works too");
+
+  assert.deepEqual(swap(a, { undo: true }), ["touch/touch_journal.ts: restored the original", "touch/worker_pool.ts: restored the original"]);
+  bytes(a).forEach((buf, i) => assert.ok(buf.equals(original[i]), `${MODULES[i]} restored byte for byte`));
+  assert.deepEqual(readdirSync(join(a, "touch")).sort(), before);
+  assert.deepEqual(swap(a, { undo: true }), ["touch/touch_journal.ts: not swapped, nothing to undo", "touch/worker_pool.ts: not swapped, nothing to undo"]);
+
+  // The CLI, as `npx durable-touch swap` runs it.
+  const cli = (...args) => spawnSync(process.execPath, [join(ROOT, "bin", "durable-touch.mjs"), "swap", ...args], { encoding: "utf8" });
+  let r = cli(b);
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, /touch\/worker_pool\.ts: swapped to durable-touch\/compat/);
+  r = cli(b, "--undo");
+  assert.equal(r.status, 0, r.stderr);
+  bytes(b).forEach((buf, i) => assert.ok(buf.equals(original[i])));
+  r = cli(join(b, "touch"));
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /is not the server's src directory/);
+
+  // A module that is not what the swap expects: refused, and nothing is written.
+  appendFileSync(join(b, "touch/worker_pool.ts"), "\nexport const extra = 1;\n");
+  const changed = bytes(b);
+  assert.throws(() => swap(b), /touch\/worker_pool\.ts: unexpected exports extra/);
+  bytes(b).forEach((buf, i) => assert.ok(buf.equals(changed[i]), "nothing changed"));
+  assert.ok(!existsSync(join(b, "touch/touch_journal.ts.orig")));
+});
+
+/** What a user of the HTTP API sees of one run (timings are checked separately). */
+function visible(run) {
+  return {
+    steps: run.steps.map((s) => {
+      const b = s.body && typeof s.body === "object" && !Array.isArray(s.body) ? s.body : {};
+      return {
+        name: s.name,
+        status: s.status,
+        touched: b.touched,
+        stale: b.stale,
+        kind: b.effectiveWaitKind,
+        error: b.error?.code,
+        metaFields: "mode" in b ? Object.keys(b).sort().join(",") : undefined,
+        mode: b.mode,
+        cursorShape: typeof b.cursor === "string" ? /^[0-9a-f]{16}:\d+$/.test(b.cursor) : undefined,
+      };
+    }),
+    activated: run.activated.activated.map((t) => t.templateId),
+    denied: run.activated.denied,
+    timeouts: { ...run.timeouts, minElapsedMs: undefined, maxElapsedMs: undefined, wallMs: undefined },
+    stale: { ...run.restart.stale, cursor: undefined, epoch: undefined },
+    records: run.records,
+  };
+}
+
+function checkRun(run, label) {
+  const step = (name) => {
+    const s = run.steps.find((x) => x.name === name);
+    assert.ok(s, `${label}: step ${name}`);
+    return s;
+  };
+  assert.ok([200, 201].includes(step("create stream").status), label);
+  assert.equal(step("install profile").status, 200, label);
+  assert.equal(step("touch/meta").body.mode, "memory", label);
+  for (const [name, kind, lo] of [
+    ["table-key wait", "tableKey", 300],
+    ["watch-key wait", "fineKey", 300],
+    ["keyIds-only wait", "fineKey", 300],
+    ["table-key wait after restart", "tableKey", 300],
+  ]) {
+    const s = step(name);
+    assert.equal(s.body.touched, true, `${label}: ${name} woken`);
+    assert.equal(s.body.effectiveWaitKind, kind, `${label}: ${name}`);
+    assert.ok(s.elapsedMs >= lo && s.elapsedMs < 3500, `${label}: ${name} woken by the write after ${s.elapsedMs} ms`);
+    assert.ok(BigInt(s.body.bucketMaxSourceOffsetSeq) >= 2n, `${label}: ${name} woken by a processed write`);
+  }
+  for (const name of ["other table-key wait (control)", "other watch-key wait (control)"]) {
+    const s = step(name);
+    assert.equal(s.body.touched, false, `${label}: ${name} not woken`);
+    assert.ok(s.elapsedMs >= 1500, `${label}: ${name} timed out after ${s.elapsedMs} ms`);
+  }
+  const t = run.timeouts;
+  assert.deepEqual([t.count, t.touched, t.stale, t.statuses], [200, 0, 0, [200]], label);
+  assert.ok(t.minElapsedMs >= t.timeoutMs, `${label}: a wait answered after ${t.minElapsedMs} ms, before its ${t.timeoutMs} ms deadline`);
+  assert.ok(t.maxElapsedMs <= t.timeoutMs + 2500, `${label}: a wait answered after ${t.maxElapsedMs} ms`);
+  assert.equal(run.restart.stale.stale, true, label);
+  assert.equal(run.restart.stale.error.code, "stale", label);
+  assert.notEqual(run.restart.oldEpoch, run.restart.newEpoch, label);
+  assert.equal(run.restart.stale.epoch, run.restart.newEpoch, label);
+  assert.equal(run.records, 6, label);
+}
+
+test("the swapped reference server behaves like the unswapped one over HTTP (create, profile, append, meta, waits, 200 timeouts, stale after restart)", async () => {
+  const { plain, swapped } = serverCopies("plain", "swapped");
+  swap(swapped);
+  const runPlain = await runReference("swap-app", {}, { env: { APP_SRC: plain } });
+  const runSwapped = await runReference("swap-app", {}, { env: { APP_SRC: swapped } });
+  assert.deepEqual(runPlain.uses, { nativeJournal: false, nativePool: false, parseTouchCursor: false });
+  assert.deepEqual(runSwapped.uses, { nativeJournal: true, nativePool: true, parseTouchCursor: true });
+  checkRun(runPlain, "unswapped");
+  checkRun(runSwapped, "swapped");
+  assert.deepEqual(visible(runSwapped), visible(runPlain));
+  writeFileSync(join(swapped, "..", "runs.json"), JSON.stringify({ runPlain, runSwapped }));
+}, { timeout: 90_000, skip: !referenceAvailable() });

@@ -1,0 +1,143 @@
+// `durable-touch swap <server-src> [--undo]`: swaps the native core into a copy of the Prisma
+// Streams server (@prisma/streams-server 0.1.11, TypeScript) by rewriting exactly two modules,
+// `touch/touch_journal.ts` and `touch/worker_pool.ts`, into re-exports of durable-touch/compat
+// with the same export names. The originals are kept next to them as `*.ts.orig`; `--undo`
+// puts them back byte for byte. Swapping twice is swapping once; undoing an unswapped tree
+// changes nothing.
+import { createRequire } from "node:module";
+import { chmodSync, copyFileSync, existsSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+
+const MARKER = "// durable-touch swap:";
+const FROM = "durable-touch/compat";
+
+/** The two modules, with the names the server imports from them (values, then types). */
+const MODULES = [
+  {
+    path: "touch/touch_journal.ts",
+    values: ["TouchJournal", "formatTouchCursor", "parseTouchCursor"],
+    types: ["TouchJournalIntervalStats", "TouchJournalMeta", "TouchWaitResult"],
+  },
+  {
+    path: "touch/worker_pool.ts",
+    values: ["TouchProcessorWorkerPool"],
+    types: ["WorkerPoolProcessError"],
+  },
+];
+
+/** Names a TypeScript module exports (declarations and `export { … }` lists). */
+export function exportedNames(source) {
+  const names = new Set();
+  const decl = /^\s*export\s+(?:declare\s+)?(?:default\s+)?(?:abstract\s+)?(?:async\s+)?(?:class|function\*?|const|let|var|type|interface|enum)\s+([A-Za-z_$][\w$]*)/gm;
+  for (const m of source.matchAll(decl)) names.add(m[1]);
+  for (const m of source.matchAll(/^\s*export\s+(?:type\s+)?\{([^}]*)\}/gm)) {
+    for (const part of m[1].split(",")) {
+      const name = part.trim().replace(/^type\s+/, "").split(/\s+as\s+/).pop()?.trim();
+      if (name) names.add(name);
+    }
+  }
+  return names;
+}
+
+function swappedSource(mod, types) {
+  const file = mod.path.split("/").pop();
+  const lines = [
+    `${MARKER} this module re-exports the native core (${FROM}).`,
+    `// The original is saved next to it as ${file}.orig; \`npx durable-touch swap <src> --undo\` restores it.`,
+    `export { ${mod.values.join(", ")} } from "${FROM}";`,
+  ];
+  if (types.length > 0) lines.push(`export type { ${types.join(", ")} } from "${FROM}";`);
+  return lines.join("\n") + "\n";
+}
+
+/** The server's `src` directory: `target` itself, or `target/src` for a package root. */
+function sourceDir(target) {
+  const dir = resolve(target);
+  for (const candidate of [dir, join(dir, "src")]) {
+    if (MODULES.every((m) => existsSync(join(candidate, m.path)))) return candidate;
+  }
+  throw new Error(`${dir} is not the server's src directory: ${MODULES.map((m) => m.path).join(" and ")} not found`);
+}
+
+const isSwapped = (text) => text.startsWith(MARKER);
+
+/**
+ * Swaps (or with `undo`, restores) the two modules under `target`. Returns log lines; throws
+ * before writing anything when a module is not what this swap expects.
+ */
+export function swap(target, { undo = false } = {}) {
+  const src = sourceDir(target);
+  const plan = MODULES.map((mod) => {
+    const file = join(src, mod.path);
+    const orig = `${file}.orig`;
+    const text = readFileSync(file, "utf8");
+    return { mod, file, orig, text, swapped: isSwapped(text), hasOrig: existsSync(orig) && statSync(orig).isFile() };
+  });
+  for (const p of plan) {
+    if (p.swapped && !p.hasOrig) throw new Error(`${p.mod.path} is swapped but ${p.mod.path}.orig is missing; reinstall the server's sources`);
+  }
+  return undo ? restore(plan) : apply(plan, src);
+}
+
+function apply(plan, src) {
+  const log = [];
+  // Check every original before touching any file.
+  const types = new Map();
+  for (const p of plan) {
+    const original = p.swapped ? readFileSync(p.orig, "utf8") : p.text;
+    const names = exportedNames(original);
+    const known = new Set([...p.mod.values, ...p.mod.types]);
+    const unknown = [...names].filter((n) => !known.has(n));
+    const missing = p.mod.values.filter((n) => !names.has(n));
+    if (unknown.length > 0 || missing.length > 0) {
+      const what = [unknown.length ? `unexpected exports ${unknown.join(", ")}` : "", missing.length ? `missing ${missing.join(", ")}` : ""].filter(Boolean).join("; ");
+      throw new Error(`${p.mod.path}: ${what} — this swap is for @prisma/streams-server 0.1.11; nothing was changed`);
+    }
+    types.set(p, p.mod.types.filter((n) => names.has(n)));
+  }
+  for (const p of plan) {
+    const next = swappedSource(p.mod, types.get(p));
+    if (p.swapped) {
+      if (p.text !== next) writeAtomically(p.file, next);
+      log.push(`${p.mod.path}: already swapped (original in ${p.mod.path}.orig)`);
+      continue;
+    }
+    if (p.hasOrig) log.push(`${p.mod.path}: replacing a stale ${p.mod.path}.orig with the current original`);
+    copyFileSync(p.file, p.orig); // bytes and mode, so --undo is exact
+    writeAtomically(p.file, next);
+    log.push(`${p.mod.path}: swapped to ${FROM} (original saved as ${p.mod.path}.orig)`);
+  }
+  if (!resolvable(src)) {
+    log.push(`note: ${FROM} does not resolve from ${src}; install durable-touch in the server's project (npm install durable-touch)`);
+  }
+  return log;
+}
+
+function restore(plan) {
+  const log = [];
+  for (const p of plan) {
+    if (!p.swapped) {
+      log.push(`${p.mod.path}: not swapped, nothing to undo${p.hasOrig ? ` (${p.mod.path}.orig left as it is)` : ""}`);
+      continue;
+    }
+    renameSync(p.orig, p.file);
+    log.push(`${p.mod.path}: restored the original`);
+  }
+  return log;
+}
+
+function writeAtomically(file, text) {
+  const tmp = `${file}.durable-touch-tmp`;
+  writeFileSync(tmp, text);
+  chmodSync(tmp, statSync(file).mode & 0o777);
+  renameSync(tmp, file);
+}
+
+function resolvable(src) {
+  try {
+    createRequire(join(src, "touch", "index.js")).resolve(FROM);
+    return true;
+  } catch {
+    return false;
+  }
+}
