@@ -102,11 +102,15 @@ pub struct JournalState<W: Waker = Resolve> {
     epochs_started: u64,
 }
 
-/// J12: `now + timeout`, rounded up to a whole millisecond of the monotonic clock, so a wait
-/// never resolves early and waiters registered within the same millisecond expire in one sweep.
+/// Deadlines are rounded up to this many nanoseconds (J12).
+pub const DEADLINE_GRANULARITY_NS: u64 = 250_000;
+
+/// J12: `now + timeout`, rounded up to a multiple of [`DEADLINE_GRANULARITY_NS`] of the
+/// monotonic clock, so a wait never resolves early and waiters registered close together expire
+/// in one sweep.
 pub fn deadline_after(now: u64, timeout_ms: u64) -> u64 {
     let exact = now.saturating_add(timeout_ms.saturating_mul(1_000_000));
-    exact.div_ceil(1_000_000).saturating_mul(1_000_000)
+    exact.div_ceil(DEADLINE_GRANULARITY_NS).saturating_mul(DEADLINE_GRANULARITY_NS)
 }
 
 fn elapsed_ms(since: Instant) -> f64 {
@@ -571,10 +575,10 @@ mod tests {
         assert_eq!(out.len(), 2);
         deliver(&mut out);
         let id = j.register(wait(&[1], &[], None), 5, resolve(&log, 3), &mut out).unwrap();
-        // Rounded up to the next whole millisecond.
-        assert_eq!(j.next_deadline(), Some(1_001_000_000));
-        assert_eq!(j.expire(1_000_999_999, &mut out), 0);
-        assert_eq!(j.expire(1_001_000_000, &mut out), 1);
+        // Rounded up to the next quarter millisecond.
+        assert_eq!(j.next_deadline(), Some(1_000_250_000));
+        assert_eq!(j.expire(1_000_249_999, &mut out), 0);
+        assert_eq!(j.expire(1_000_250_000, &mut out), 1);
         deliver(&mut out);
         assert!(!j.cancel(id, &mut out));
         assert_eq!(j.total_stats().wake.timeouts_fired, 1);
