@@ -119,7 +119,7 @@ export declare class TouchJournal {
   getMeta(): TouchJournalMeta
   getTotalStats(): TouchJournalTotalStats
   snapshotAndResetIntervalStats(): TouchJournalIntervalStats
-  /** Bytes of bloom memory held: 0 until the first flushed key, then 4 × filterSize (B14). */
+  /** Bytes of bloom memory held: 0 until the first touch, then 4 × filterSize (B14). */
   getFilterBytes(): number
   /** Cancels the timers and resolves every pending wait with null (B29). Returns how many. */
   stop(): number

@@ -65,6 +65,22 @@ export const BENCHES = {
       ["main CPU us per processed row", "B6-e2e", perRun("main", (r) => (r.cpuSeconds * 1e6) / r.metaEnd.scanRowsTotal), "B6-e2e", perRun("main", (r) => (r.cpuSeconds * 1e6) / r.metaEnd.scanRowsTotal), "lower"],
     ],
   },
+  journal: {
+    reference: [{ script: "b4-journal-touch.ts" }, { script: "b5-waiters.ts" }],
+    metrics: [
+      // Ours through touchMany (one call per bucket, as the engine feeds the journal) and through
+      // touch() per key (as the reference's TouchManager calls its journal).
+      ["managerStyle touches/s (touchMany)", "B4-journal-touch", "results.managerStyle.medianTouchesPerSec", "B4-journal-touch", "results.managerStyle.medianTouchesPerSec", "higher"],
+      ["managerStyle touches/s (touch() per key)", "B4-journal-touch", "results.perCall.managerStyle.medianTouchesPerSec", "B4-journal-touch", "results.managerStyle.medianTouchesPerSec", "higher"],
+      ["managerStyle forced flush ms", "B4-journal-touch", "results.managerStyle.medianFlushMs", "B4-journal-touch", "results.managerStyle.medianFlushMs", "lower"],
+      ["plain touches/s (touchMany)", "B4-journal-touch", "results.plain.medianTouchesPerSec", "B4-journal-touch", "results.plain.medianTouchesPerSec", "higher"],
+      ["plain touches/s (touch() per key)", "B4-journal-touch", "results.perCall.plain.medianTouchesPerSec", "B4-journal-touch", "results.plain.medianTouchesPerSec", "higher"],
+      ["registration waiters/s", "B5-waiters", "results.median_registrationsPerSec", "B5-waiters", "results.median_registrationsPerSec", "higher"],
+      ["RSS bytes per waiter", "B5-waiters", "results.median_rssBytesPerWaiter", "B5-waiters", "results.median_rssBytesPerWaiter", "lower"],
+      ["wake latency p99 ms (~10k woken)", "B5-waiters", "results.median_wakeLatencyP99Ms", "B5-waiters", "results.median_wakeLatencyP99Ms", "lower"],
+      ["timeout lateness p99 ms", "B5-waiters", "results.median_timeoutLatenessP99Ms", "B5-waiters", "results.median_timeoutLatenessP99Ms", "lower"],
+    ],
+  },
 };
 
 export function compare(name, ours, refs) {

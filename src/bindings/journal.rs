@@ -11,13 +11,71 @@ use napi::sys;
 use napi_derive::napi;
 
 use super::js::{throw, Js, Out};
-use super::port::Port;
+use super::port::{Port, Ticket};
 use crate::error::Error;
 use crate::journal::bloom::slot_positions;
 use crate::journal::{
     parse_cursor, parse_routing_key, Journal, JournalMeta, JournalOptions, Touch, TouchHit, WaitRequest, WaiterId,
-    WakeStats, WeakJournal,
+    WakeStats, Waker, WeakJournal,
 };
+
+/// The journal as the binding uses it: each waiter is resolved through its promise ticket.
+type JsJournal = Journal<JsWaiter>;
+type JsWeakJournal = WeakJournal<JsWaiter>;
+
+/// A parked `waitForAny`: its promise, and the abort listener to remove once it settles.
+/// Stored inline in the journal's waiter slot.
+struct JsWaiter {
+    ticket: Ticket,
+    abort: Option<Box<AbortRefs>>,
+}
+
+impl Waker for JsWaiter {
+    fn wake(self, hit: Option<TouchHit>) {
+        let abort = self.abort;
+        let outcome = Box::new(move |env: &Env| {
+            if let Some(refs) = abort {
+                release_abort(env, *refs);
+            }
+            hit_js(env, hit)
+        });
+        // Woken by a call from JS (flush, stop, abort): resolve now, as the reference does
+        // inside the same call. Woken on the timer thread: through the port.
+        match JS_CALL.with(Cell::get) {
+            Some(env) => self.ticket.settle_now(&Env::from_raw(env), outcome),
+            None => self.ticket.settle(outcome),
+        }
+    }
+}
+
+thread_local! {
+    /// Set while a call from JavaScript into a journal may wake waiters on this thread.
+    static JS_CALL: Cell<Option<sys::napi_env>> = const { Cell::new(None) };
+}
+
+/// Marks the current thread as inside a JS call for the lifetime of the guard.
+struct InJsCall(Option<sys::napi_env>);
+
+impl InJsCall {
+    fn enter(env: &Env) -> InJsCall {
+        InJsCall(JS_CALL.with(|c| c.replace(Some(env.raw()))))
+    }
+}
+
+impl Drop for InJsCall {
+    fn drop(&mut self) {
+        JS_CALL.with(|c| c.set(self.0));
+    }
+}
+
+/// Property `key`, or `None` when absent, undefined or null. (Named lookups intern the name
+/// directly, which is cheaper than creating a string value first.)
+fn prop(obj: &Js, key: &std::ffi::CStr) -> JsResult<Option<Js>> {
+    let mut v = ptr::null_mut();
+    raw_ok(unsafe { sys::napi_get_named_property(obj.env, obj.raw, key.as_ptr(), &mut v) })?;
+    let js = Js { env: obj.env, raw: v };
+    Ok(if js.is_nullish() { None } else { Some(js) })
+}
 
 /// Options of `new TouchJournal(...)`; defaults are the reference server's (J2).
 #[napi(object, object_to_js = false)]
@@ -173,12 +231,22 @@ fn u32_of(n: f64, what: &str) -> JsResult<u32> {
 }
 
 fn u32_value(v: &Js, what: &str) -> JsResult<u32> {
+    u32_or(v, || what.to_string())
+}
+
+/// A u32 number; `what` names it in the error, and is only built then.
+fn u32_or(v: &Js, what: impl FnOnce() -> String) -> JsResult<u32> {
     let mut n = 0f64;
     let st = unsafe { sys::napi_get_value_double(v.env, v.raw, &mut n) };
-    if st != sys::Status::napi_ok {
-        return Err(Error::invalid(format!("{what} must be a number")));
+    if st == sys::Status::napi_ok && n.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&n) {
+        return Ok(n as u32);
     }
-    u32_of(n, what)
+    let what = what();
+    if st != sys::Status::napi_ok {
+        Err(Error::invalid(format!("{what} must be a number")))
+    } else {
+        u32_of(n, &what)
+    }
 }
 
 /// Key ids from a `Uint32Array` or an array of numbers.
@@ -186,10 +254,13 @@ fn key_ids(v: &Js, what: &str) -> JsResult<Vec<u32>> {
     if let Some(s) = v.u32_slice() {
         return Ok(s.to_vec());
     }
-    let n = v.array_len(what)?;
+    let mut n = 0u32;
+    if unsafe { sys::napi_get_array_length(v.env, v.raw, &mut n) } != sys::Status::napi_ok {
+        return Err(Error::invalid(format!("{what} must be an array")));
+    }
     let mut out = Vec::with_capacity(n as usize);
     for i in 0..n {
-        out.push(u32_value(&v.element(i)?, &format!("{what}[{i}]"))?);
+        out.push(u32_or(&v.element(i)?, || format!("{what}[{i}]"))?);
     }
     Ok(out)
 }
@@ -199,7 +270,11 @@ fn routing_keys(v: &Js, what: &str) -> JsResult<Vec<u64>> {
     let n = v.array_len(what)?;
     let mut out = Vec::with_capacity(n as usize);
     for i in 0..n {
-        if let Some(k) = v.element(i)?.with_str(&format!("{what}[{i}]"), parse_routing_key)? {
+        let item = v.element(i)?;
+        if item.type_of() != sys::ValueType::napi_string {
+            return Err(Error::invalid(format!("{what}[{i}] must be a string")));
+        }
+        if let Some(k) = item.with_str(what, parse_routing_key)? {
             out.push(k);
         }
     }
@@ -232,17 +307,76 @@ fn raw_ok(status: sys::napi_status) -> JsResult<()> {
     }
 }
 
+thread_local! {
+    /// The hit object built last on this JS thread, for the next waiter woken by the same key in
+    /// the same flush.
+    static LAST_HIT: std::cell::RefCell<Option<(sys::napi_env, TouchHit, sys::napi_ref)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// `{ generation, keyId, bucketMaxSourceOffsetSeq, flushAtMs, bucketStartMs }` or null.
+///
+/// Hits are frozen, and the waiters one flush wakes through the same key (they are settled one
+/// after another) share one object: a flush waking 10,000 waiters builds about as many objects
+/// as it touched keys, which is what keeps its wake latency low.
 fn hit_js(env: &Env, hit: Option<TouchHit>) -> JsResult<sys::napi_value> {
-    let out = Out::new(env);
-    let conv = |e: napi::Error| Error::Internal(e.reason.clone());
-    let Some(h) = hit else { return out.null().map_err(conv) };
-    let o = out.object().map_err(conv)?;
-    out.set(o, "generation", out.u32(h.generation).map_err(conv)?).map_err(conv)?;
-    out.set(o, "keyId", out.u32(h.key_id).map_err(conv)?).map_err(conv)?;
-    out.set(o, "bucketMaxSourceOffsetSeq", out.bigint(h.bucket_max_source_offset_seq).map_err(conv)?).map_err(conv)?;
-    out.set(o, "flushAtMs", out.num(h.flush_at_ms as f64).map_err(conv)?).map_err(conv)?;
-    out.set(o, "bucketStartMs", out.num(h.bucket_start_ms as f64).map_err(conv)?).map_err(conv)?;
-    Ok(o)
+    let raw = env.raw();
+    let Some(h) = hit else {
+        let mut v = ptr::null_mut();
+        raw_ok(unsafe { sys::napi_get_null(raw, &mut v) })?;
+        return Ok(v);
+    };
+    let cached = LAST_HIT.with(|c| match &*c.borrow() {
+        Some((e, last, r)) if *e == raw && *last == h => {
+            let mut v = ptr::null_mut();
+            (unsafe { sys::napi_get_reference_value(raw, *r, &mut v) } == sys::Status::napi_ok && !v.is_null())
+                .then_some(v)
+        }
+        _ => None,
+    });
+    if let Some(v) = cached {
+        return Ok(v);
+    }
+    let v = new_hit(raw, &h)?;
+    raw_ok(unsafe { sys::napi_object_freeze(raw, v) })?;
+    let mut r = ptr::null_mut();
+    raw_ok(unsafe { sys::napi_create_reference(raw, v, 1, &mut r) })?;
+    LAST_HIT.with(|c| {
+        if let Some((e, _, old)) = c.borrow_mut().replace((raw, h, r)) {
+            if e == raw {
+                unsafe { sys::napi_delete_reference(raw, old) };
+            }
+        }
+    });
+    Ok(v)
+}
+
+fn new_hit(raw: sys::napi_env, h: &TouchHit) -> JsResult<sys::napi_value> {
+    let mut v = ptr::null_mut();
+    let mut values = [ptr::null_mut(); 5];
+    unsafe {
+        raw_ok(sys::napi_create_uint32(raw, h.generation, &mut values[0]))?;
+        raw_ok(sys::napi_create_uint32(raw, h.key_id, &mut values[1]))?;
+        raw_ok(sys::napi_create_bigint_int64(raw, h.bucket_max_source_offset_seq, &mut values[2]))?;
+        raw_ok(sys::napi_create_double(raw, h.flush_at_ms as f64, &mut values[3]))?;
+        raw_ok(sys::napi_create_double(raw, h.bucket_start_ms as f64, &mut values[4]))?;
+    }
+    let keys = [c"generation", c"keyId", c"bucketMaxSourceOffsetSeq", c"flushAtMs", c"bucketStartMs"];
+    let attributes =
+        sys::PropertyAttributes::writable | sys::PropertyAttributes::enumerable | sys::PropertyAttributes::configurable;
+    let descriptors: [sys::napi_property_descriptor; 5] = std::array::from_fn(|i| sys::napi_property_descriptor {
+        utf8name: keys[i].as_ptr(),
+        name: ptr::null_mut(),
+        method: None,
+        getter: None,
+        setter: None,
+        value: values[i],
+        attributes,
+        data: ptr::null_mut(),
+    });
+    raw_ok(unsafe { sys::napi_create_object(raw, &mut v) })?;
+    raw_ok(unsafe { sys::napi_define_properties(raw, v, descriptors.len(), descriptors.as_ptr()) })?;
+    Ok(v)
 }
 
 /// A promise already resolved with `null`.
@@ -262,7 +396,7 @@ fn resolved_null(env: &Env) -> napi::Result<sys::napi_value> {
 
 /// Lives as long as the listener function (freed by its finalizer). JS thread only.
 struct AbortCtx {
-    journal: WeakJournal,
+    journal: JsWeakJournal,
     waiter: Cell<Option<WaiterId>>,
 }
 
@@ -283,6 +417,8 @@ unsafe extern "C" fn on_abort(env: sys::napi_env, info: sys::napi_callback_info)
         let ctx = unsafe { &*(data as *const AbortCtx) };
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             if let (Some(id), Some(journal)) = (ctx.waiter.take(), ctx.journal.upgrade()) {
+                let js_env = Env::from_raw(env);
+                let _js = InJsCall::enter(&js_env);
                 journal.cancel(id);
             }
         }));
@@ -328,7 +464,7 @@ fn signal_state(signal: &Js) -> JsResult<bool> {
 fn abort_listener(
     env: &Env,
     signal: &Js,
-    journal: WeakJournal,
+    journal: JsWeakJournal,
 ) -> JsResult<(AbortRefs, *const AbortCtx, sys::napi_value)> {
     let raw = env.raw();
     let ctx = Box::into_raw(Box::new(AbortCtx { journal, waiter: Cell::new(None) }));
@@ -386,7 +522,7 @@ fn release_abort(env: &Env, refs: AbortRefs) {
 /// generations, a time-aware bloom answers "touched since?", and waits are promises.
 #[napi]
 pub struct TouchJournal {
-    journal: Journal,
+    journal: JsJournal,
     port: Port,
 }
 
@@ -425,24 +561,30 @@ fn meta_js(m: JournalMeta) -> TouchJournalMeta {
 
 impl TouchJournal {
     fn parse_wait(&self, args: &Js) -> JsResult<(WaitRequest, Option<Js>)> {
-        let args = args.object("args")?;
-        let keys = match args.opt("keys")? {
+        if args.type_of() != sys::ValueType::napi_object || args.is_array() {
+            return Err(Error::invalid("args must be an object"));
+        }
+        let keys = match prop(args, c"keys")? {
             Some(v) => key_ids(&v, "keys")?,
             None => Vec::new(),
         };
-        let exact_keys = match args.opt("exactKeys")? {
+        let exact_keys = match prop(args, c"exactKeys")? {
             Some(v) => routing_keys(&v, "exactKeys")?,
             None => Vec::new(),
         };
-        let after_generation = match args.opt("afterGeneration")? {
+        let after_generation = match prop(args, c"afterGeneration")? {
             Some(v) => Some(u32_value(&v, "afterGeneration")?),
             None => None,
         };
-        let timeout = args.get("timeoutMs")?.ok_or_else(|| Error::invalid("timeoutMs is required"))?;
-        let timeout_ms = WaitRequest::timeout_from_number(timeout.number("timeoutMs")?)?;
+        let timeout = prop(args, c"timeoutMs")?.ok_or_else(|| Error::invalid("timeoutMs is required"))?;
+        let mut ms = 0f64;
+        if unsafe { sys::napi_get_value_double(timeout.env, timeout.raw, &mut ms) } != sys::Status::napi_ok {
+            return Err(Error::invalid("timeoutMs must be a number"));
+        }
+        let timeout_ms = WaitRequest::timeout_from_number(ms)?;
         let req = WaitRequest { keys, exact_keys, after_generation, timeout_ms };
         req.validate()?;
-        Ok((req, args.opt("signal")?))
+        Ok((req, prop(args, c"signal")?))
     }
 }
 
@@ -455,9 +597,10 @@ impl TouchJournal {
         // Timer-driven flushes run on the JS thread, between JS tasks, as the reference's do:
         // JS code that checks and then waits in two calls sees no flush in between (W6).
         let jobs = port.clone();
-        let handoff = Box::new(move |journal: WeakJournal| {
-            jobs.post_job(Box::new(move |_env: &Env| {
+        let handoff = Box::new(move |journal: JsWeakJournal| {
+            jobs.post_job(Box::new(move |env: &Env| {
                 if let Some(j) = journal.upgrade() {
+                    let _js = InJsCall::enter(env);
                     j.run_due_flush();
                 }
             }))
@@ -646,15 +789,9 @@ impl TouchJournal {
             Some((refs, ctx, listener)) => (Some(refs), ctx, listener),
             None => (None, ptr::null(), ptr::null_mut()),
         };
-        let resolve = Box::new(move |hit: Option<TouchHit>| {
-            ticket.settle(Box::new(move |env: &Env| {
-                if let Some(refs) = refs {
-                    release_abort(env, refs);
-                }
-                hit_js(env, hit)
-            }))
-        });
-        let registered = match self.journal.wait_for_any(req, resolve) {
+        let waiter = JsWaiter { ticket, abort: refs.map(Box::new) };
+        let _js = InJsCall::enter(env); // an immediate null resolves now
+        let registered = match self.journal.wait_for_any(req, waiter) {
             Ok(id) => id,
             // Validated above; unreachable in practice.
             Err(e) => return Err(throw(env, e)),
@@ -674,7 +811,8 @@ impl TouchJournal {
     /// Flushes the pending bucket now (tests and benchmarks). Returns whether a generation was
     /// produced.
     #[napi]
-    pub fn flush(&self) -> bool {
+    pub fn flush(&self, env: &Env) -> bool {
+        let _js = InJsCall::enter(env);
         self.journal.flush()
     }
 
@@ -753,7 +891,7 @@ impl TouchJournal {
         }
     }
 
-    /// Bytes of bloom memory held: 0 until the first flushed key, then 4 × filterSize (B14).
+    /// Bytes of bloom memory held: 0 until the first touch, then 4 × filterSize (B14).
     #[napi]
     pub fn get_filter_bytes(&self) -> f64 {
         self.journal.filter_bytes() as f64
@@ -761,7 +899,8 @@ impl TouchJournal {
 
     /// Cancels the timers and resolves every pending wait with null (B29). Returns how many.
     #[napi]
-    pub fn stop(&self) -> f64 {
+    pub fn stop(&self, env: &Env) -> f64 {
+        let _js = InJsCall::enter(env);
         self.journal.stop() as f64
     }
 

@@ -190,6 +190,28 @@ impl Ticket {
         }
     }
 
+    /// Settles the promise at once. Only on the JS thread, inside a call from JavaScript (for
+    /// work finished synchronously there, such as a flush called from JS).
+    pub fn settle_now(mut self, env: &Env, outcome: Outcome) {
+        if let Some(d) = self.deferred.take() {
+            let q = &self.shared.queue;
+            if q.dead.load(Ordering::Acquire) {
+                return;
+            }
+            // Inside the caller's handle scope: no scope of its own.
+            let raw = env.raw();
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| outcome(env)))
+                .unwrap_or_else(|p| Err(Error::from_panic(p)));
+            unsafe {
+                match result {
+                    Ok(value) => sys::napi_resolve_deferred(raw, d.0, value),
+                    Err(err) => sys::napi_reject_deferred(raw, d.0, js_error(raw, &err)),
+                };
+            }
+            release_pending(raw, q, 1);
+        }
+    }
+
     /// Settles with a value that converts on the JS thread, or with an error.
     pub fn settle_with<T, F>(self, result: Result<T, Error>, convert: F)
     where
@@ -295,18 +317,29 @@ unsafe extern "C" fn drain_queue(
     }
     let count = items.len();
     for (deferred, outcome) in items {
-        let mut scope = ptr::null_mut();
-        unsafe { sys::napi_open_handle_scope(env, &mut scope) };
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| outcome(&js_env)))
-            .unwrap_or_else(|p| Err(Error::from_panic(p)));
-        unsafe {
-            match result {
-                Ok(value) => sys::napi_resolve_deferred(env, deferred.0, value),
-                Err(err) => sys::napi_reject_deferred(env, deferred.0, js_error(env, &err)),
-            };
-            sys::napi_close_handle_scope(env, scope);
-        }
+        settle_here(&js_env, deferred, outcome);
     }
+    release_pending(env, q, count);
+}
+
+/// Resolves or rejects one promise on the JS thread, in its own handle scope.
+fn settle_here(js_env: &Env, deferred: RawDeferred, outcome: Outcome) {
+    let env = js_env.raw();
+    let mut scope = ptr::null_mut();
+    unsafe { sys::napi_open_handle_scope(env, &mut scope) };
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| outcome(js_env)))
+        .unwrap_or_else(|p| Err(Error::from_panic(p)));
+    unsafe {
+        match result {
+            Ok(value) => sys::napi_resolve_deferred(env, deferred.0, value),
+            Err(err) => sys::napi_reject_deferred(env, deferred.0, js_error(env, &err)),
+        };
+        sys::napi_close_handle_scope(env, scope);
+    }
+}
+
+/// `count` promises were settled (JS thread): stop keeping the loop alive when none is left.
+fn release_pending(env: sys::napi_env, q: &Queue, count: usize) {
     if q.pending.fetch_sub(count, Ordering::AcqRel) == count && q.referenced.swap(false, Ordering::AcqRel) {
         unsafe { sys::napi_unref_threadsafe_function(env, q.tsfn.load(Ordering::Acquire).cast()) };
     }

@@ -6,9 +6,11 @@
 //! epoch), so there are no false negatives; collisions give false positives. Slot positions are
 //! the reference's, so the same touch sequence gives the same answers.
 //!
-//! The slot array is allocated on the first write (B14): a journal that never flushed a key
-//! holds no filter memory, and reads before that see all slots at generation 0, which is what a
+//! The slot array is allocated on the journal's first touch (B14): a journal that was never
+//! touched holds no filter memory, and reads before that see all slots at generation 0, which is what a
 //! freshly allocated array would answer.
+
+use super::slots::SlotArray;
 
 /// Used as the stride when the mixed key is 0, so a key never maps all k positions to one slot.
 const ZERO_STRIDE: u32 = 0x9e37_79b9;
@@ -39,7 +41,7 @@ pub struct GenerationBloom {
     k: u32,
     mask: u32,
     /// `None` until the first key is written (B14).
-    slots: Option<Box<[u32]>>,
+    slots: Option<SlotArray>,
 }
 
 impl GenerationBloom {
@@ -62,12 +64,20 @@ impl GenerationBloom {
         self.slots.as_ref().map_or(0, |s| s.len() * 4)
     }
 
+    /// Allocates the slot array if it is not yet (the journal does so at its first touch).
+    #[inline]
+    pub fn ensure_allocated(&mut self) {
+        if self.slots.is_none() {
+            self.slots = Some(SlotArray::zeroed(self.mask as usize + 1));
+        }
+    }
+
     /// Records that `key_id` was touched in `generation`.
     #[inline]
     pub fn mark(&mut self, key_id: u32, generation: u32) {
         let (k, mask) = (self.k, self.mask);
         // Zeroed allocation: pages are only backed once written.
-        let slots = self.slots.get_or_insert_with(|| vec![0u32; mask as usize + 1].into_boxed_slice());
+        let slots = self.slots.get_or_insert_with(|| SlotArray::zeroed(mask as usize + 1));
         for pos in slot_positions(key_id, k, mask) {
             slots[pos as usize] = generation;
         }

@@ -11,7 +11,7 @@
 //! Modules:
 //! - [`cursor`]: epochs, cursor parsing and formatting (J1, J3);
 //! - [`config`]: constructor options and their clamping (J2);
-//! - [`bloom`]: the generation bloom and its slot positions (J4, J5, B14);
+//! - [`bloom`]: the generation bloom and its slot positions (J4, J5, B14); `slots`: its array;
 //! - [`bucket`]: the pending bucket (J6, B15);
 //! - [`exact`]: routing keys and the exact history (J10, B15);
 //! - [`waiters`]: the waiter indexes and the deadline heap (J11, J12);
@@ -50,6 +50,7 @@ pub mod config;
 pub mod cursor;
 pub mod exact;
 mod hash;
+mod slots;
 pub mod state;
 pub mod stats;
 pub mod waiters;
@@ -67,7 +68,7 @@ pub use cursor::{format_cursor, parse_cursor, Cursor, Epoch};
 pub use exact::{format_routing_key, parse_routing_key};
 pub use state::{JournalMeta, JournalState, WaitRequest, MAX_WAIT_KEYS, MAX_WAIT_TIMEOUT_MS};
 pub use stats::{IntervalStats, TotalStats, WakeStats};
-pub use waiters::{Resolve, Settlement, WaiterId};
+pub use waiters::{Resolve, Settlement, WaiterId, Waker};
 
 use crate::error::Result;
 use crate::timer::{self, mono_now, TimerKey, TimerTarget};
@@ -96,9 +97,9 @@ pub struct Touch {
 }
 
 /// The outcome of [`Journal::check_or_wait`].
-pub enum CheckOrWait<T> {
-    /// The check answered; the waiter was not registered and its callback is handed back.
-    Answered(T, Resolve),
+pub enum CheckOrWait<T, W = Resolve> {
+    /// The check answered; the waiter was not registered and its waker is handed back.
+    Answered(T, W),
     /// Parked until a touch, its deadline, a cancel or stop.
     Waiting(WaiterId),
     /// Resolved with `None` at once (no keys, or a zero timeout), J11.
@@ -121,10 +122,10 @@ struct Armed {
 
 /// Asked, from the timer thread, to have [`Journal::run_due_flush`] called on the owner's
 /// thread.
-pub type FlushHandoff = Box<dyn Fn(WeakJournal) + Send + Sync>;
+pub type FlushHandoff<W = Resolve> = Box<dyn Fn(WeakJournal<W>) + Send + Sync>;
 
-struct Core {
-    state: JournalState,
+struct Core<W: Waker> {
+    state: JournalState<W>,
     flush_timer: Option<Armed>,
     deadline_timer: Option<Armed>,
     next_token: u64,
@@ -132,49 +133,67 @@ struct Core {
     flush_due: bool,
 }
 
-struct Inner {
-    core: Mutex<Core>,
-    this: Weak<Inner>,
-    handoff: Option<FlushHandoff>,
+struct Inner<W: Waker> {
+    core: Mutex<Core<W>>,
+    this: Weak<Inner<W>>,
+    handoff: Option<FlushHandoff<W>>,
 }
 
-/// A journal, shareable between threads (clones are handles to the same journal).
-#[derive(Clone)]
-pub struct Journal {
-    inner: Arc<Inner>,
+/// A journal, shareable between threads (clones are handles to the same journal). `W` is
+/// what resolves a waiter: a boxed callback by default, a promise ticket in the JS binding.
+pub struct Journal<W: Waker = Resolve> {
+    inner: Arc<Inner<W>>,
+}
+
+impl<W: Waker> Clone for Journal<W> {
+    fn clone(&self) -> Self {
+        Journal { inner: self.inner.clone() }
+    }
 }
 
 /// A handle that does not keep the journal alive (an abort listener holds one).
-#[derive(Clone)]
-pub struct WeakJournal {
-    inner: Weak<Inner>,
+pub struct WeakJournal<W: Waker = Resolve> {
+    inner: Weak<Inner<W>>,
 }
 
-impl WeakJournal {
-    pub fn upgrade(&self) -> Option<Journal> {
+impl<W: Waker> Clone for WeakJournal<W> {
+    fn clone(&self) -> Self {
+        WeakJournal { inner: self.inner.clone() }
+    }
+}
+
+impl<W: Waker> WeakJournal<W> {
+    pub fn upgrade(&self) -> Option<Journal<W>> {
         self.inner.upgrade().map(|inner| Journal { inner })
     }
 }
 
 /// Calls each callback outside any lock; a panicking callback does not stop the others.
-fn deliver(out: Vec<Settlement>) {
-    for (resolve, hit) in out {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || resolve(hit)));
+fn deliver<W: Waker>(out: Vec<Settlement<W>>) {
+    for (waker, hit) in out {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || waker.wake(hit)));
     }
 }
 
 impl Journal {
-    /// A journal whose bucket timer flushes on the timer thread.
+    /// A journal with boxed-callback waiters whose bucket timer flushes on the timer thread.
     pub fn new(options: JournalOptions) -> Journal {
+        Self::build(options, None)
+    }
+}
+
+impl<W: Waker> Journal<W> {
+    /// A journal whose bucket timer flushes on the timer thread.
+    pub fn with_waker(options: JournalOptions) -> Self {
         Self::build(options, None)
     }
 
     /// A journal whose bucket timer hands the flush to its owner (see the module docs).
-    pub fn with_flush_handoff(options: JournalOptions, handoff: FlushHandoff) -> Journal {
+    pub fn with_flush_handoff(options: JournalOptions, handoff: FlushHandoff<W>) -> Self {
         Self::build(options, Some(handoff))
     }
 
-    fn build(options: JournalOptions, handoff: Option<FlushHandoff>) -> Journal {
+    fn build(options: JournalOptions, handoff: Option<FlushHandoff<W>>) -> Self {
         let state = JournalState::new(JournalConfig::from_options(&options), Epoch::random());
         let core = Core { state, flush_timer: None, deadline_timer: None, next_token: 0, flush_due: false };
         Journal { inner: Arc::new_cyclic(|this| Inner { core: Mutex::new(core), this: this.clone(), handoff }) }
@@ -199,12 +218,12 @@ impl Journal {
         flushed
     }
 
-    pub fn downgrade(&self) -> WeakJournal {
+    pub fn downgrade(&self) -> WeakJournal<W> {
         WeakJournal { inner: Arc::downgrade(&self.inner) }
     }
 
     /// Runs `f` on the locked core, keeps the timers in step, then delivers the settlements.
-    fn with_core<R>(&self, f: impl FnOnce(&mut JournalState, &mut Vec<Settlement>) -> R) -> R {
+    fn with_core<R>(&self, f: impl FnOnce(&mut JournalState<W>, &mut Vec<Settlement<W>>) -> R) -> R {
         let mut out = Vec::new();
         let r = {
             let mut core = self.inner.core.lock();
@@ -294,7 +313,7 @@ impl Journal {
 
     /// J11: parks a waiter; `resolve` is called exactly once, with the hit or `None`.
     /// Returns the waiter's id, or `None` when it was resolved at once.
-    pub fn wait_for_any(&self, req: WaitRequest, resolve: Resolve) -> Result<Option<WaiterId>> {
+    pub fn wait_for_any(&self, req: WaitRequest, resolve: W) -> Result<Option<WaiterId>> {
         match self.check_or_wait(|_| None::<()>, req, resolve)? {
             CheckOrWait::Waiting(id) => Ok(Some(id)),
             _ => Ok(None),
@@ -309,10 +328,10 @@ impl Journal {
     /// being called, so callers that must always call it validate first.
     pub fn check_or_wait<T>(
         &self,
-        check: impl FnOnce(&JournalState) -> Option<T>,
+        check: impl FnOnce(&JournalState<W>) -> Option<T>,
         req: WaitRequest,
-        resolve: Resolve,
-    ) -> Result<CheckOrWait<T>> {
+        resolve: W,
+    ) -> Result<CheckOrWait<T, W>> {
         req.validate()?;
         Ok(self.with_core(|state, out| {
             if let Some(answer) = check(state) {
@@ -331,7 +350,7 @@ impl Journal {
     }
 
     /// Reads a consistent snapshot of the journal.
-    pub fn read<R>(&self, f: impl FnOnce(&JournalState) -> R) -> R {
+    pub fn read<R>(&self, f: impl FnOnce(&JournalState<W>) -> R) -> R {
         f(&self.inner.core.lock().state)
     }
 
@@ -360,7 +379,7 @@ impl Journal {
         self.inner.core.lock().state.take_interval_stats()
     }
 
-    /// Bytes of filter memory held (0 until the first flushed key, B14).
+    /// Bytes of filter memory held (0 until the first touch, B14).
     pub fn filter_bytes(&self) -> usize {
         self.read(|s| s.filter_bytes())
     }
@@ -389,8 +408,8 @@ impl Journal {
     }
 }
 
-impl Inner {
-    fn arm(&self, core: &mut Core, at: u64, kind: u64) -> Armed {
+impl<W: Waker> Inner<W> {
+    fn arm(&self, core: &mut Core<W>, at: u64, kind: u64) -> Armed {
         core.next_token += 1;
         let token = (core.next_token << 1) | kind;
         // Never fails: `self` is alive, so is the Arc it lives in.
@@ -400,7 +419,7 @@ impl Inner {
 
     /// Arms the flush timer when touches are pending (J6) and points the deadline timer at the
     /// heap root (J12).
-    fn sync_timers(&self, core: &mut Core) {
+    fn sync_timers(&self, core: &mut Core<W>) {
         if core.flush_timer.is_none() && !core.flush_due && core.state.has_pending() {
             let at = mono_now().saturating_add(core.state.coalesce_ms().saturating_mul(1_000_000));
             core.flush_timer = Some(self.arm(core, at, FLUSH_TIMER));
@@ -417,7 +436,7 @@ impl Inner {
     }
 }
 
-impl TimerTarget for Inner {
+impl<W: Waker> TimerTarget for Inner<W> {
     fn on_timer(&self, token: u64) {
         let mut out = Vec::new();
         let mut hand_off = false;
@@ -446,7 +465,7 @@ impl TimerTarget for Inner {
     }
 }
 
-impl Drop for Inner {
+impl<W: Waker> Drop for Inner<W> {
     /// Parked waiters keep their journal alive (their deadline timer holds it), so this runs
     /// with none left; anything still registered is resolved with `None` all the same.
     fn drop(&mut self) {

@@ -373,7 +373,7 @@ impl Model {
                 after: after.unwrap_or(current),
                 keys: unique,
                 exact,
-                deadline: self.now + timeout_ms * 1_000_000,
+                deadline: super::state::deadline_after(self.now, timeout_ms),
                 broad,
             },
         );

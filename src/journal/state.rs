@@ -15,7 +15,7 @@ use super::config::JournalConfig;
 use super::cursor::{format_cursor, Epoch};
 use super::exact::ExactHistory;
 use super::stats::{IntervalStats, JournalStats, TotalStats};
-use super::waiters::{Resolve, Settlement, WaiterId, WaiterRegistry, WaiterSpec};
+use super::waiters::{Resolve, Settlement, WaiterId, WaiterRegistry, WaiterSpec, Waker};
 use super::TouchHit;
 use crate::error::{Error, Result};
 
@@ -84,7 +84,7 @@ pub struct JournalMeta {
     pub flush_interval_ms_p95_last_10s: i64,
 }
 
-pub struct JournalState {
+pub struct JournalState<W: Waker = Resolve> {
     cfg: JournalConfig,
     epoch: Epoch,
     generation: u32,
@@ -92,7 +92,7 @@ pub struct JournalState {
     bloom: GenerationBloom,
     bucket: PendingBucket,
     exact: ExactHistory,
-    waiters: WaiterRegistry,
+    waiters: WaiterRegistry<W>,
     stats: JournalStats,
     last_overflow_generation: u32,
     overflow_buckets: u64,
@@ -102,12 +102,23 @@ pub struct JournalState {
     epochs_started: u64,
 }
 
+/// Deadlines are rounded up to this many nanoseconds (J12).
+pub const DEADLINE_GRANULARITY_NS: u64 = 250_000;
+
+/// J12: `now + timeout`, rounded up to a multiple of [`DEADLINE_GRANULARITY_NS`] of the
+/// monotonic clock, so a wait never resolves early and waiters registered close together expire
+/// in one sweep.
+pub fn deadline_after(now: u64, timeout_ms: u64) -> u64 {
+    let exact = now.saturating_add(timeout_ms.saturating_mul(1_000_000));
+    exact.div_ceil(DEADLINE_GRANULARITY_NS).saturating_mul(DEADLINE_GRANULARITY_NS)
+}
+
 fn elapsed_ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1000.0
 }
 
-impl JournalState {
-    pub fn new(cfg: JournalConfig, epoch: Epoch) -> JournalState {
+impl<W: Waker> JournalState<W> {
+    pub fn new(cfg: JournalConfig, epoch: Epoch) -> Self {
         JournalState {
             epoch,
             generation: cfg.initial_generation,
@@ -136,6 +147,7 @@ impl JournalState {
     /// J6. `routing_key` is already parsed (only 16-hex keys reach the exact set).
     #[inline]
     pub fn touch(&mut self, key_id: u32, source_offset: Option<i64>, routing_key: Option<u64>, now_ms: i64) {
+        self.bloom.ensure_allocated();
         self.bucket.touch(key_id, source_offset, routing_key, now_ms);
     }
 
@@ -162,7 +174,7 @@ impl JournalState {
 
     /// J8 and J9: closes the bucket as a new generation and wakes the waiters it concerns.
     /// Returns false (and does nothing) when nothing is pending.
-    pub fn flush(&mut self, now_ms: i64, out: &mut Vec<Settlement>) -> bool {
+    pub fn flush(&mut self, now_ms: i64, out: &mut Vec<Settlement<W>>) -> bool {
         if !self.bucket.has_touches() {
             return false;
         }
@@ -269,8 +281,8 @@ impl JournalState {
         &mut self,
         req: WaitRequest,
         now: u64,
-        resolve: Resolve,
-        out: &mut Vec<Settlement>,
+        resolve: W,
+        out: &mut Vec<Settlement<W>>,
     ) -> Option<WaiterId> {
         let WaitRequest { mut keys, exact_keys: mut exact, after_generation, timeout_ms } = req;
         if (keys.is_empty() && exact.is_empty()) || timeout_ms == 0 {
@@ -286,13 +298,13 @@ impl JournalState {
             broad: keys.len() > self.cfg.key_index_max_keys,
             keys,
             exact,
-            deadline: now.saturating_add(timeout_ms.saturating_mul(1_000_000)),
+            deadline: deadline_after(now, timeout_ms),
         };
         Some(self.waiters.insert(spec, resolve))
     }
 
     /// An abort: resolves the waiter with `None` if it is still parked.
-    pub fn cancel(&mut self, id: WaiterId, out: &mut Vec<Settlement>) -> bool {
+    pub fn cancel(&mut self, id: WaiterId, out: &mut Vec<Settlement<W>>) -> bool {
         match self.waiters.cancel(id) {
             Some(resolve) => {
                 out.push((resolve, None));
@@ -303,7 +315,7 @@ impl JournalState {
     }
 
     /// J12: resolves every waiter whose deadline is at or before `now` with `None`.
-    pub fn expire(&mut self, now: u64, out: &mut Vec<Settlement>) -> usize {
+    pub fn expire(&mut self, now: u64, out: &mut Vec<Settlement<W>>) -> usize {
         let started = Instant::now();
         let expired = self.waiters.expire(now, out);
         self.stats.record_sweep(expired, elapsed_ms(started));
@@ -322,7 +334,7 @@ impl JournalState {
     /// J15 with B29 fixed: every parked waiter is resolved with `None`; pending touches, the
     /// exact history and the flush bookkeeping are dropped. The epoch, generation and bloom stay
     /// (as in the reference), so cursors handed out remain comparable.
-    pub fn stop(&mut self, out: &mut Vec<Settlement>) -> usize {
+    pub fn stop(&mut self, out: &mut Vec<Settlement<W>>) -> usize {
         let n = self.waiters.take_all(out);
         self.bucket.clear();
         self.exact.clear();
@@ -372,7 +384,7 @@ impl JournalState {
         self.bucket.pending_keys()
     }
 
-    /// Bytes of the bloom's slot array actually allocated (0 until the first flushed key, B14).
+    /// Bytes of the bloom's slot array actually allocated (0 until the first touch, B14).
     pub fn filter_bytes(&self) -> usize {
         self.bloom.allocated_bytes()
     }
@@ -563,9 +575,10 @@ mod tests {
         assert_eq!(out.len(), 2);
         deliver(&mut out);
         let id = j.register(wait(&[1], &[], None), 5, resolve(&log, 3), &mut out).unwrap();
-        assert_eq!(j.next_deadline(), Some(5 + 1_000_000_000));
-        assert_eq!(j.expire(5 + 999_999_999, &mut out), 0);
-        assert_eq!(j.expire(5 + 1_000_000_000, &mut out), 1);
+        // Rounded up to the next quarter millisecond.
+        assert_eq!(j.next_deadline(), Some(1_000_250_000));
+        assert_eq!(j.expire(1_000_249_999, &mut out), 0);
+        assert_eq!(j.expire(1_000_250_000, &mut out), 1);
         deliver(&mut out);
         assert!(!j.cancel(id, &mut out));
         assert_eq!(j.total_stats().wake.timeouts_fired, 1);

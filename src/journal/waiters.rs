@@ -6,22 +6,49 @@
 //! - through the exact-key index (`by_exact`) for its literal routing keys;
 //! - through the single deadline heap, whose root arms the journal's one timeout timer.
 //!
-//! Each membership records its position in the list it sits in, so removing a waiter (woken,
-//! timed out or aborted) is O(keys) with no scans: lists use swap-remove and the moved entry's
-//! position is fixed up. A removed waiter hands back its [`Resolve`] callback, which the
-//! journal calls exactly once, after releasing its lock. Slots carry a tag that changes on every
-//! registration, so a stale [`WaiterId`] (an abort arriving after a wake) matches nothing.
+//! Index entries name a slot *and* the tag of the registration that put them there, and are
+//! removed lazily: taking a waiter out (woken, timed out, aborted) only empties its slot, which
+//! makes all its entries stale at once. Stale entries are skipped and dropped whenever a list is
+//! read (a wake) or about to grow, and all indexes are compacted when they hold more than twice
+//! the live entries, so memory stays proportional to the parked waiters and waking 10,000 of
+//! 100,000 waiters touches only the lists of the touched keys. Tags also make a stale
+//! [`WaiterId`] (an abort arriving after a wake) match nothing.
+//!
+//! A removed waiter hands back its [`Waker`], which the journal calls exactly once, after
+//! releasing its lock. The waker is stored inline in the slot (the JS binding's is a promise
+//! ticket), so parking a waiter allocates nothing but its key list.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use super::hash::IntMap;
 use super::TouchHit;
 
-/// Called once with the hit, or `None` for a timeout, an abort or a stop.
+/// What resolves a waiter: called once with the hit, or `None` for a timeout, an abort or a
+/// stop.
+pub trait Waker: Send + 'static {
+    fn wake(self, hit: Option<TouchHit>);
+}
+
+/// The general-purpose waker: a boxed callback.
 pub type Resolve = Box<dyn FnOnce(Option<TouchHit>) + Send>;
 
+impl Waker for Resolve {
+    fn wake(self, hit: Option<TouchHit>) {
+        self(hit)
+    }
+}
+
 /// A resolution decided under the journal lock, to be delivered after it is released.
-pub type Settlement = (Resolve, Option<TouchHit>);
+pub type Settlement<W = Resolve> = (W, Option<TouchHit>);
 
 const NONE: u32 = u32::MAX;
+
+/// Above this many slots an idle registry releases its memory (B14).
+const KEEP_SLOTS: usize = 1024;
+
+/// Indexes are compacted when they hold this many entries more than twice the live ones.
+const COMPACT_SLACK: usize = 4096;
 
 /// Names one registered waiter, for cancelling it (abort).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -45,39 +72,46 @@ impl WaiterId {
     }
 }
 
-/// A membership: the key and where this waiter sits in that key's list.
-#[derive(Clone, Copy)]
-struct Member<K> {
-    key: K,
-    pos: u32,
-}
+/// An index entry: the registration (slot and tag) it was made for. Same bits as [`WaiterId`].
+type Entry = u64;
 
-struct Waiter {
+struct Waiter<W> {
     after_generation: u32,
-    heap_pos: u32,
-    /// Position in `broad`, or `NONE` for an indexed waiter.
-    broad_pos: u32,
-    /// Sorted by key. Indexed waiters sit in `by_key[key]` at `pos`; broad ones only keep keys.
-    keys: Box<[Member<u32>]>,
-    /// Sorted by key; each sits in `by_exact[key]` at `pos`.
-    exact: Box<[Member<u64>]>,
-    resolve: Resolve,
+    /// `data[..keys]` are the key ids; the rest are the exact keys as (low, high) u32 pairs.
+    keys: u32,
+    broad: bool,
+    data: Box<[u32]>,
+    waker: W,
 }
 
-struct Slot {
+impl<W> Waiter<W> {
+    fn key_ids(&self) -> &[u32] {
+        &self.data[..self.keys as usize]
+    }
+
+    #[cfg(test)]
+    fn exact_keys(&self) -> impl Iterator<Item = u64> + '_ {
+        self.data[self.keys as usize..].chunks_exact(2).map(|p| p[0] as u64 | ((p[1] as u64) << 32))
+    }
+
+    /// Index entries this waiter owns.
+    fn entries(&self) -> usize {
+        let exact = (self.data.len() - self.keys as usize) / 2;
+        exact + if self.broad { 1 } else { self.keys as usize }
+    }
+}
+
+struct Slot<W> {
     tag: u32,
     next_free: u32,
-    waiter: Option<Waiter>,
+    waiter: Option<Waiter<W>>,
 }
 
-#[derive(Clone, Copy)]
-struct HeapEntry {
-    deadline: u64,
-    slot: u32,
-}
+/// (deadline, slot, tag): the entry is live while the slot holds that registration.
+type HeapEntry = Reverse<(u64, u32, u32)>;
 
-/// What to register: unique sorted keys, unique sorted exact keys, and the deadline on the
-/// journal's monotonic clock.
+/// What to register: unique keys, unique exact keys, and the deadline on the journal's
+/// monotonic clock.
 pub struct WaiterSpec {
     pub after_generation: u32,
     pub keys: Vec<u32>,
@@ -86,25 +120,45 @@ pub struct WaiterSpec {
     pub deadline: u64,
 }
 
-#[derive(Default)]
-pub struct WaiterRegistry {
-    slots: Vec<Slot>,
+pub struct WaiterRegistry<W = Resolve> {
+    slots: Vec<Slot<W>>,
     free: Option<u32>,
-    by_key: IntMap<u32, Vec<u32>>,
-    by_exact: IntMap<u64, Vec<u32>>,
-    broad: Vec<u32>,
-    heap: Vec<HeapEntry>,
+    by_key: IntMap<u32, Vec<Entry>>,
+    by_exact: IntMap<u64, Vec<Entry>>,
+    broad: Vec<Entry>,
+    heap: BinaryHeap<HeapEntry>,
     active: usize,
+    /// Entries the live waiters own, and entries stored in the three indexes (live or stale).
+    live_entries: usize,
+    stored_entries: usize,
     /// Tag of the next registration. One counter for all slots, so the slab can be released
     /// when idle without an old id ever matching a new waiter.
     next_tag: u32,
 }
 
-/// Above this many slots an idle registry releases its memory (B14).
-const KEEP_SLOTS: usize = 1024;
+impl<W> Default for WaiterRegistry<W> {
+    fn default() -> Self {
+        WaiterRegistry {
+            slots: Vec::new(),
+            free: None,
+            by_key: IntMap::default(),
+            by_exact: IntMap::default(),
+            broad: Vec::new(),
+            heap: BinaryHeap::new(),
+            active: 0,
+            live_entries: 0,
+            stored_entries: 0,
+            next_tag: 0,
+        }
+    }
+}
 
-impl WaiterRegistry {
-    pub fn new() -> WaiterRegistry {
+fn entry_slot(e: Entry) -> u32 {
+    e as u32
+}
+
+impl<W: Waker> WaiterRegistry<W> {
+    pub fn new() -> Self {
         WaiterRegistry::default()
     }
 
@@ -117,10 +171,12 @@ impl WaiterRegistry {
         self.active == 0
     }
 
+    /// Live entries of the deadline heap (one per waiter), as the reference's `heapSize`.
     pub fn heap_len(&self) -> usize {
-        self.heap.len()
+        self.active
     }
 
+    /// Entries of the broad list (stale ones included until the next scan drops them).
     pub fn broad_len(&self) -> usize {
         self.broad.len()
     }
@@ -135,10 +191,10 @@ impl WaiterRegistry {
 
     /// The earliest deadline, which the journal's timer is armed for (J12).
     pub fn next_deadline(&self) -> Option<u64> {
-        self.heap.first().map(|e| e.deadline)
+        self.heap.peek().map(|e| e.0 .0)
     }
 
-    pub fn insert(&mut self, spec: WaiterSpec, resolve: Resolve) -> WaiterId {
+    pub fn insert(&mut self, spec: WaiterSpec, waker: W) -> WaiterId {
         let slot = match self.free {
             Some(s) => {
                 self.free = match self.slots[s as usize].next_free {
@@ -154,85 +210,111 @@ impl WaiterRegistry {
         };
         let tag = self.next_tag;
         self.next_tag = self.next_tag.wrapping_add(1);
-        let mut keys: Box<[Member<u32>]> = spec.keys.iter().map(|&key| Member { key, pos: NONE }).collect();
-        let mut exact: Box<[Member<u64>]> = spec.exact.iter().map(|&key| Member { key, pos: NONE }).collect();
-        let broad_pos = if spec.broad {
-            self.broad.push(slot);
-            (self.broad.len() - 1) as u32
-        } else {
-            for m in keys.iter_mut() {
-                let list = self.by_key.entry(m.key).or_default();
-                m.pos = list.len() as u32;
-                list.push(slot);
-            }
-            NONE
-        };
-        for m in exact.iter_mut() {
-            let list = self.by_exact.entry(m.key).or_default();
-            m.pos = list.len() as u32;
-            list.push(slot);
+        let id = WaiterId::new(slot, tag);
+        let entry: Entry = id.0;
+
+        let mut data = Vec::with_capacity(spec.keys.len() + 2 * spec.exact.len());
+        data.extend_from_slice(&spec.keys);
+        for &rk in &spec.exact {
+            data.push(rk as u32);
+            data.push((rk >> 32) as u32);
         }
-        let heap_pos = self.heap.len() as u32;
-        self.heap.push(HeapEntry { deadline: spec.deadline, slot });
+        let waiter = Waiter {
+            after_generation: spec.after_generation,
+            keys: spec.keys.len() as u32,
+            broad: spec.broad,
+            data: data.into_boxed_slice(),
+            waker,
+        };
+        if spec.broad {
+            if self.broad.len() == self.broad.capacity() && self.broad.len() >= 8 {
+                let before = self.broad.len();
+                let slots = &self.slots;
+                self.broad.retain(|&e| is_live(slots, e));
+                self.stored_entries -= before - self.broad.len();
+            }
+            self.broad.push(entry);
+        } else {
+            for &key in &spec.keys {
+                let list = self.by_key.entry(key).or_default();
+                self.stored_entries -= purge_if_full(&self.slots, list);
+                list.push(entry);
+            }
+        }
+        for &rk in &spec.exact {
+            let list = self.by_exact.entry(rk).or_default();
+            self.stored_entries -= purge_if_full(&self.slots, list);
+            list.push(entry);
+        }
+        let owned = waiter.entries();
+        self.live_entries += owned;
+        self.stored_entries += owned;
+        self.heap.push(Reverse((spec.deadline, slot, tag)));
         let s = &mut self.slots[slot as usize];
         s.tag = tag;
-        s.waiter = Some(Waiter { after_generation: spec.after_generation, heap_pos, broad_pos, keys, exact, resolve });
-        let id = WaiterId::new(slot, tag);
-        self.sift_up(heap_pos as usize);
+        s.waiter = Some(waiter);
         self.active += 1;
+        if self.stored_entries > 2 * self.live_entries + COMPACT_SLACK {
+            self.compact_indexes();
+        }
         id
     }
 
-    /// Removes the waiter if it is still registered (an abort), handing back its callback.
-    pub fn cancel(&mut self, id: WaiterId) -> Option<Resolve> {
-        let s = self.slots.get(id.slot() as usize)?;
-        if s.tag != id.tag() || s.waiter.is_none() {
+    /// Removes the waiter if it is still registered (an abort), handing back its waker.
+    pub fn cancel(&mut self, id: WaiterId) -> Option<W> {
+        if !self.slots.get(id.slot() as usize).is_some_and(|_| is_live(&self.slots, id.0)) {
             return None;
         }
-        let r = self.remove(id.slot());
-        self.release_if_idle();
-        Some(r)
+        let w = self.remove(id.slot());
+        self.tidy();
+        Some(w)
     }
 
     /// Wakes the indexed waiters of `key` that wait for generations before `hit.generation`.
-    pub fn wake_key(&mut self, key: u32, hit: TouchHit, out: &mut Vec<Settlement>) -> usize {
-        let mut woken = 0;
-        let mut i = 0;
-        loop {
-            let slot = match self.by_key.get(&key) {
-                Some(list) if i < list.len() => list[i],
-                _ => break,
-            };
-            if hit.generation > self.waiter(slot).after_generation {
-                // Swap-remove moves another waiter to `i`: look at `i` again.
-                out.push((self.remove(slot), Some(hit)));
-                woken += 1;
-            } else {
-                i += 1;
-            }
+    pub fn wake_key(&mut self, key: u32, hit: TouchHit, out: &mut Vec<Settlement<W>>) -> usize {
+        let Some(list) = self.by_key.remove(&key) else { return 0 };
+        let (woken, kept) = self.wake_list(list, hit, out);
+        if !kept.is_empty() {
+            self.by_key.insert(key, kept);
         }
-        self.release_if_idle();
+        self.tidy();
         woken
     }
 
     /// Wakes the waiters on the exact key `key` (J9: with key id 0 in `hit`).
-    pub fn wake_exact(&mut self, key: u64, hit: TouchHit, out: &mut Vec<Settlement>) -> usize {
+    pub fn wake_exact(&mut self, key: u64, hit: TouchHit, out: &mut Vec<Settlement<W>>) -> usize {
+        let Some(list) = self.by_exact.remove(&key) else { return 0 };
+        let (woken, kept) = self.wake_list(list, hit, out);
+        if !kept.is_empty() {
+            self.by_exact.insert(key, kept);
+        }
+        self.tidy();
+        woken
+    }
+
+    /// Wakes, in registration order, the live waiters of `list` that wait for generations
+    /// before `hit.generation`; returns how many and the entries that stay (stale ones dropped).
+    fn wake_list(&mut self, mut list: Vec<Entry>, hit: TouchHit, out: &mut Vec<Settlement<W>>) -> (usize, Vec<Entry>) {
+        self.stored_entries -= list.len();
         let mut woken = 0;
-        let mut i = 0;
-        loop {
-            let slot = match self.by_exact.get(&key) {
-                Some(list) if i < list.len() => list[i],
-                _ => break,
-            };
+        let mut kept = 0;
+        for i in 0..list.len() {
+            let e = list[i];
+            if !is_live(&self.slots, e) {
+                continue;
+            }
+            let slot = entry_slot(e);
             if hit.generation > self.waiter(slot).after_generation {
                 out.push((self.remove(slot), Some(hit)));
                 woken += 1;
             } else {
-                i += 1;
+                list[kept] = e;
+                kept += 1;
             }
         }
-        self.release_if_idle();
-        woken
+        list.truncate(kept);
+        self.stored_entries += kept;
+        (woken, list)
     }
 
     /// Wakes the broad waiters with a key for which `touched(key, after_generation)` holds.
@@ -240,29 +322,35 @@ impl WaiterRegistry {
         &mut self,
         hit: TouchHit,
         touched: impl Fn(u32, u32) -> bool,
-        out: &mut Vec<Settlement>,
+        out: &mut Vec<Settlement<W>>,
     ) -> usize {
+        let list = std::mem::take(&mut self.broad);
+        self.stored_entries -= list.len();
+        let mut kept = Vec::with_capacity(list.len());
         let mut woken = 0;
-        let mut i = 0;
-        while i < self.broad.len() {
-            let slot = self.broad[i];
+        for e in list {
+            if !is_live(&self.slots, e) {
+                continue;
+            }
+            let slot = entry_slot(e);
             let w = self.waiter(slot);
-            let qualifies =
-                hit.generation > w.after_generation && w.keys.iter().any(|m| touched(m.key, w.after_generation));
-            if qualifies {
+            let after = w.after_generation;
+            if hit.generation > after && w.key_ids().iter().any(|&k| touched(k, after)) {
                 out.push((self.remove(slot), Some(hit)));
                 woken += 1;
             } else {
-                i += 1;
+                kept.push(e);
             }
         }
-        self.release_if_idle();
+        self.stored_entries += kept.len();
+        self.broad = kept;
+        self.tidy();
         woken
     }
 
     /// Wakes every waiter waiting for a generation before `hit.generation` (overflow, J9), or
     /// every waiter at all when `unconditional` (a new epoch, B28).
-    pub fn wake_all(&mut self, hit: TouchHit, unconditional: bool, out: &mut Vec<Settlement>) -> usize {
+    pub fn wake_all(&mut self, hit: TouchHit, unconditional: bool, out: &mut Vec<Settlement<W>>) -> usize {
         let mut woken = 0;
         for slot in 0..self.slots.len() as u32 {
             let qualifies = matches!(&self.slots[slot as usize].waiter,
@@ -272,30 +360,33 @@ impl WaiterRegistry {
                 woken += 1;
             }
         }
-        self.release_if_idle();
+        self.tidy();
         woken
     }
 
     /// Removes every waiter whose deadline is at or before `now` (J12), in deadline order.
-    pub fn expire(&mut self, now: u64, out: &mut Vec<Settlement>) -> usize {
+    pub fn expire(&mut self, now: u64, out: &mut Vec<Settlement<W>>) -> usize {
         let mut expired = 0;
-        while let Some(&HeapEntry { deadline, slot }) = self.heap.first() {
+        while let Some(&Reverse((deadline, slot, tag))) = self.heap.peek() {
             if deadline > now {
                 break;
             }
-            out.push((self.remove(slot), None));
-            expired += 1;
+            self.heap.pop();
+            if is_live(&self.slots, WaiterId::new(slot, tag).0) {
+                out.push((self.remove(slot), None));
+                expired += 1;
+            }
         }
-        self.release_if_idle();
+        self.tidy();
         expired
     }
 
-    /// Removes every waiter (stop, B29; a new epoch, B28), each with `None`.
-    pub fn take_all(&mut self, out: &mut Vec<Settlement>) -> usize {
+    /// Removes every waiter (stop, B29), each with `None`.
+    pub fn take_all(&mut self, out: &mut Vec<Settlement<W>>) -> usize {
         let n = self.active;
         for s in self.slots.drain(..) {
             if let Some(w) = s.waiter {
-                out.push((w.resolve, None));
+                out.push((w.waker, None));
             }
         }
         let next_tag = self.next_tag;
@@ -303,128 +394,69 @@ impl WaiterRegistry {
         n
     }
 
-    /// Gives back the memory of a registry that has no waiters left after a burst.
-    fn release_if_idle(&mut self) {
-        if self.active == 0 && self.slots.capacity() > KEEP_SLOTS {
-            let next_tag = self.next_tag;
-            *self = WaiterRegistry { next_tag, ..WaiterRegistry::default() };
-        }
+    fn waiter(&self, slot: u32) -> &Waiter<W> {
+        self.slots[slot as usize].waiter.as_ref().expect("a live slot holds a waiter")
     }
 
-    fn waiter(&self, slot: u32) -> &Waiter {
-        self.slots[slot as usize].waiter.as_ref().expect("indexed slot holds a waiter")
-    }
-
-    fn waiter_mut(&mut self, slot: u32) -> &mut Waiter {
-        self.slots[slot as usize].waiter.as_mut().expect("indexed slot holds a waiter")
-    }
-
-    fn remove(&mut self, slot: u32) -> Resolve {
+    /// Empties the slot; the waiter's index entries become stale.
+    fn remove(&mut self, slot: u32) -> W {
         let s = &mut self.slots[slot as usize];
         let w = s.waiter.take().expect("removing a live waiter");
         s.next_free = self.free.unwrap_or(NONE);
         self.free = Some(slot);
         self.active -= 1;
-
-        if w.broad_pos == NONE {
-            for m in w.keys.iter() {
-                self.unlink_key(m.key, m.pos);
-            }
-        } else {
-            let pos = w.broad_pos as usize;
-            self.broad.swap_remove(pos);
-            if let Some(&moved) = self.broad.get(pos) {
-                self.waiter_mut(moved).broad_pos = pos as u32;
-            }
-        }
-        for m in w.exact.iter() {
-            self.unlink_exact(m.key, m.pos);
-        }
-        self.heap_remove(w.heap_pos as usize);
-        w.resolve
+        self.live_entries -= w.entries();
+        w.waker
     }
 
-    fn unlink_key(&mut self, key: u32, pos: u32) {
-        let list = self.by_key.get_mut(&key).expect("indexed key has a list");
-        list.swap_remove(pos as usize);
-        match list.get(pos as usize) {
-            Some(&moved) => {
-                let w = self.slots[moved as usize].waiter.as_mut().expect("listed waiter");
-                let i = w.keys.binary_search_by_key(&key, |m| m.key).expect("member of its key");
-                w.keys[i].pos = pos;
+    /// Drops stale entries from every index.
+    fn compact_indexes(&mut self) {
+        let slots = &self.slots;
+        let mut stored = 0;
+        self.by_key.retain(|_, list| {
+            list.retain(|&e| is_live(slots, e));
+            stored += list.len();
+            !list.is_empty()
+        });
+        self.by_exact.retain(|_, list| {
+            list.retain(|&e| is_live(slots, e));
+            stored += list.len();
+            !list.is_empty()
+        });
+        self.broad.retain(|&e| is_live(slots, e));
+        stored += self.broad.len();
+        self.stored_entries = stored;
+    }
+
+    /// After removals: drops dead entries from the heap's root (so the timer is armed for a
+    /// live deadline), compacts a heap or indexes that are mostly dead, and gives back the
+    /// memory of a registry left with no waiters after a burst.
+    fn tidy(&mut self) {
+        if self.active == 0 {
+            let next_tag = self.next_tag;
+            if self.slots.capacity() > KEEP_SLOTS {
+                *self = WaiterRegistry { next_tag, ..WaiterRegistry::default() };
+            } else {
+                self.heap.clear();
+                self.by_key.clear();
+                self.by_exact.clear();
+                self.broad.clear();
+                self.stored_entries = 0;
             }
-            None if list.is_empty() => {
-                self.by_key.remove(&key);
-            }
-            None => {}
+            return;
         }
-    }
-
-    fn unlink_exact(&mut self, key: u64, pos: u32) {
-        let list = self.by_exact.get_mut(&key).expect("indexed exact key has a list");
-        list.swap_remove(pos as usize);
-        match list.get(pos as usize) {
-            Some(&moved) => {
-                let w = self.slots[moved as usize].waiter.as_mut().expect("listed waiter");
-                let i = w.exact.binary_search_by_key(&key, |m| m.key).expect("member of its exact key");
-                w.exact[i].pos = pos;
-            }
-            None if list.is_empty() => {
-                self.by_exact.remove(&key);
-            }
-            None => {}
+        if self.heap.len() > 2 * self.active + COMPACT_SLACK {
+            let slots = &self.slots;
+            self.heap.retain(|&Reverse((_, slot, tag))| is_live(slots, WaiterId::new(slot, tag).0));
         }
-    }
-
-    // ---- the deadline heap (a binary min-heap; each waiter knows its position)
-
-    fn set_heap_pos(&mut self, i: usize) {
-        let slot = self.heap[i].slot;
-        self.waiter_mut(slot).heap_pos = i as u32;
-    }
-
-    fn sift_up(&mut self, mut i: usize) {
-        while i > 0 {
-            let parent = (i - 1) / 2;
-            if self.heap[i].deadline >= self.heap[parent].deadline {
+        while let Some(&Reverse((_, slot, tag))) = self.heap.peek() {
+            if is_live(&self.slots, WaiterId::new(slot, tag).0) {
                 break;
             }
-            self.heap.swap(i, parent);
-            self.set_heap_pos(i);
-            i = parent;
+            self.heap.pop();
         }
-        self.set_heap_pos(i);
-    }
-
-    fn sift_down(&mut self, mut i: usize) {
-        let n = self.heap.len();
-        loop {
-            let left = 2 * i + 1;
-            if left >= n {
-                break;
-            }
-            let right = left + 1;
-            let child = if right < n && self.heap[right].deadline < self.heap[left].deadline { right } else { left };
-            if self.heap[child].deadline >= self.heap[i].deadline {
-                break;
-            }
-            self.heap.swap(i, child);
-            self.set_heap_pos(i);
-            i = child;
-        }
-        self.set_heap_pos(i);
-    }
-
-    /// Removes the entry at `i`, whose waiter has already left its slot.
-    fn heap_remove(&mut self, i: usize) {
-        let last = self.heap.len() - 1;
-        self.heap.swap_remove(i);
-        if i < last {
-            self.sift_down(i);
-            self.sift_up(i);
-        }
-        if self.heap.capacity() > 1024 && self.heap.len() < self.heap.capacity() / 4 {
-            self.heap.shrink_to(self.heap.len() * 2);
+        if self.stored_entries > 2 * self.live_entries + COMPACT_SLACK {
+            self.compact_indexes();
         }
     }
 
@@ -432,39 +464,54 @@ impl WaiterRegistry {
     #[cfg(test)]
     pub fn check_invariants(&self) {
         let mut live = 0;
+        let mut owned = 0;
+        let count = |list: Option<&Vec<Entry>>, e: Entry| list.map_or(0, |l| l.iter().filter(|&&x| x == e).count());
         for (slot, s) in self.slots.iter().enumerate() {
             let Some(w) = &s.waiter else { continue };
             live += 1;
-            let slot = slot as u32;
-            assert_eq!(self.heap[w.heap_pos as usize].slot, slot);
-            if w.broad_pos == NONE {
-                for m in w.keys.iter() {
-                    assert_eq!(self.by_key[&m.key][m.pos as usize], slot);
-                }
+            owned += w.entries();
+            let e = WaiterId::new(slot as u32, s.tag).0;
+            let in_heap = self.heap.iter().filter(|x| x.0 .1 == slot as u32 && x.0 .2 == s.tag).count();
+            assert_eq!(in_heap, 1, "one heap entry per waiter");
+            if w.broad {
+                assert_eq!(count(Some(&self.broad), e), 1);
             } else {
-                assert_eq!(self.broad[w.broad_pos as usize], slot);
+                for k in w.key_ids() {
+                    assert_eq!(count(self.by_key.get(k), e), 1, "indexed under each key");
+                }
             }
-            for m in w.exact.iter() {
-                assert_eq!(self.by_exact[&m.key][m.pos as usize], slot);
+            for rk in w.exact_keys() {
+                assert_eq!(count(self.by_exact.get(&rk), e), 1, "indexed under each exact key");
             }
         }
         assert_eq!(live, self.active);
-        assert_eq!(self.heap.len(), self.active);
-        for i in 1..self.heap.len() {
-            assert!(self.heap[(i - 1) / 2].deadline <= self.heap[i].deadline, "heap order");
+        assert_eq!(owned, self.live_entries);
+        let stored: usize = self.by_key.values().map(Vec::len).sum::<usize>()
+            + self.by_exact.values().map(Vec::len).sum::<usize>()
+            + self.broad.len();
+        assert_eq!(stored, self.stored_entries);
+        assert!(stored <= 2 * self.live_entries + COMPACT_SLACK + 64, "indexes are compacted");
+        assert!(self.heap.len() <= 2 * self.active + COMPACT_SLACK + 1, "the heap is compacted");
+        if let Some(Reverse((_, slot, tag))) = self.heap.peek() {
+            assert!(is_live(&self.slots, WaiterId::new(*slot, *tag).0), "the root is live");
         }
-        let indexed: usize = self.by_key.values().map(Vec::len).sum();
-        let expected: usize = self
-            .slots
-            .iter()
-            .filter_map(|s| s.waiter.as_ref())
-            .filter(|w| w.broad_pos == NONE)
-            .map(|w| w.keys.len())
-            .sum();
-        assert_eq!(indexed, expected);
-        assert!(self.by_key.values().all(|l| !l.is_empty()));
-        assert!(self.by_exact.values().all(|l| !l.is_empty()));
     }
+}
+
+fn is_live<W>(slots: &[Slot<W>], e: Entry) -> bool {
+    let id = WaiterId(e);
+    slots.get(id.slot() as usize).is_some_and(|s| s.tag == id.tag() && s.waiter.is_some())
+}
+
+/// Before a list grows past its capacity, drops its stale entries (so a list never holds much
+/// more than twice its live entries). Returns how many were dropped.
+fn purge_if_full<W>(slots: &[Slot<W>], list: &mut Vec<Entry>) -> usize {
+    if list.len() < list.capacity() || list.len() < 8 {
+        return 0;
+    }
+    let before = list.len();
+    list.retain(|&e| is_live(slots, e));
+    before - list.len()
 }
 
 #[cfg(test)]
@@ -568,7 +615,6 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(reg.wake_exact(77, hit(1, 0), &mut out), 2);
         reg.check_invariants();
-        assert_eq!(reg.broad_len(), 1);
         assert_eq!(reg.wake_broad(hit(1, 0), |k, _| k == 9, &mut out), 0);
         assert_eq!(reg.wake_broad(hit(1, 0), |k, _| k == 3, &mut out), 1);
         assert!(reg.is_empty());
