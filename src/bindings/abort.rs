@@ -1,6 +1,7 @@
-//! AbortSignal support for promise-returning methods: check `signal.aborted`, attach an
-//! `abort` listener (with `addEventListener`, so a user's `onabort` is left alone), and remove
-//! it once the operation settled. JS thread only.
+//! AbortSignal support for promise-returning methods (`TouchEngine.wait`,
+//! `TouchJournal.waitForAny`): check `signal.aborted`, attach an `abort` listener (with
+//! `addEventListener`, so a user's `onabort` is left alone), and remove it once the operation
+//! settled. JS thread only.
 
 use std::cell::RefCell;
 use std::ffi::c_void;
@@ -12,7 +13,7 @@ use super::js::{Js, Out};
 use crate::error::{Error, Result};
 
 /// What to do when the signal fires (runs at most once, on the JS thread).
-type OnAbort = Box<dyn FnOnce()>;
+pub type OnAbort = Box<dyn FnOnce(&Env)>;
 
 /// Owned by the listener function; freed by its finalizer.
 struct Ctx {
@@ -45,7 +46,8 @@ unsafe extern "C" fn on_abort(env: sys::napi_env, info: sys::napi_callback_info)
         let ctx = unsafe { &*(data as *const Ctx) };
         let f = ctx.on_abort.borrow_mut().take();
         if let Some(f) = f {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            let env = Env::from_raw(env);
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&env)));
         }
     }
     ptr::null_mut()
@@ -87,6 +89,17 @@ pub fn is_aborted(signal: &Js) -> Result<bool> {
 
 /// Attaches `on_abort` to the signal's `abort` event (once).
 pub fn listen(env: &Env, signal: &Js, on_abort_fn: OnAbort) -> Result<AbortHook> {
+    let hook = listener(env, signal, on_abort_fn)?;
+    if let Err(e) = hook.attach(env) {
+        hook.release(env);
+        return Err(e);
+    }
+    Ok(hook)
+}
+
+/// Creates the listener for `signal` without attaching it yet, for callers that must store the
+/// hook before the operation it cancels exists; [`AbortHook::attach`] then adds it.
+pub fn listener(env: &Env, signal: &Js, on_abort_fn: OnAbort) -> Result<AbortHook> {
     let raw = env.raw();
     let ctx = Box::into_raw(Box::new(Ctx { on_abort: RefCell::new(Some(on_abort_fn)) }));
     let mut listener = ptr::null_mut();
@@ -99,12 +112,6 @@ pub fn listen(env: &Env, signal: &Js, on_abort_fn: OnAbort) -> Result<AbortHook>
     ok(unsafe {
         sys::napi_add_finalizer(raw, listener, ctx.cast(), Some(free_ctx), ptr::null_mut(), ptr::null_mut())
     })?;
-    let out = Out::new(env);
-    let conv = |e: napi::Error| Error::Internal(e.reason.clone());
-    let opts = out.object().map_err(conv)?;
-    out.set(opts, "once", out.bool(true).map_err(conv)?).map_err(conv)?;
-    let abort = out.str("abort").map_err(conv)?;
-    call_method(raw, signal.raw, c"addEventListener", &[abort, listener, opts])?;
     let (mut signal_ref, mut listener_ref) = (ptr::null_mut(), ptr::null_mut());
     ok(unsafe { sys::napi_create_reference(raw, signal.raw, 1, &mut signal_ref) })?;
     ok(unsafe { sys::napi_create_reference(raw, listener, 1, &mut listener_ref) })?;
@@ -112,14 +119,33 @@ pub fn listen(env: &Env, signal: &Js, on_abort_fn: OnAbort) -> Result<AbortHook>
 }
 
 impl AbortHook {
-    /// Removes the listener and drops the references (JS thread, once the operation settled).
-    pub fn release(self, env: &Env) {
-        let raw = env.raw();
+    fn values(&self, raw: sys::napi_env) -> (sys::napi_value, sys::napi_value) {
         let (mut signal, mut listener) = (ptr::null_mut(), ptr::null_mut());
         unsafe {
             sys::napi_get_reference_value(raw, self.signal, &mut signal);
             sys::napi_get_reference_value(raw, self.listener, &mut listener);
         }
+        (signal, listener)
+    }
+
+    /// Adds the listener to the signal's `abort` event (once).
+    pub fn attach(&self, env: &Env) -> Result<()> {
+        let (signal, listener) = self.values(env.raw());
+        if signal.is_null() || listener.is_null() {
+            return Err(Error::Internal("the abort listener is gone".into()));
+        }
+        let out = Out::new(env);
+        let conv = |e: napi::Error| Error::Internal(e.reason.clone());
+        let opts = out.object().map_err(conv)?;
+        out.set(opts, "once", out.bool(true).map_err(conv)?).map_err(conv)?;
+        let abort = out.str("abort").map_err(conv)?;
+        call_method(env.raw(), signal, c"addEventListener", &[abort, listener, opts])
+    }
+
+    /// Removes the listener and drops the references (JS thread, once the operation settled).
+    pub fn release(self, env: &Env) {
+        let raw = env.raw();
+        let (signal, listener) = self.values(raw);
         if !signal.is_null() && !listener.is_null() {
             if let Ok(abort) = Out::new(env).str("abort") {
                 if call_method(raw, signal, c"removeEventListener", &[abort, listener]).is_err() {

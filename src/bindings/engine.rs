@@ -668,7 +668,7 @@ impl TouchEngine {
             );
             if let Some(signal) = signal {
                 let ctl = control.clone();
-                match abort::listen(env, &signal, Box::new(move || ctl.abort())) {
+                match abort::listen(env, &signal, Box::new(move |_: &Env| ctl.abort())) {
                     Ok(h) => *hook.lock() = Some(h),
                     Err(_) => control.abort(),
                 }

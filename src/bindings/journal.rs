@@ -1,16 +1,17 @@
 //! `TouchJournal`: the JS class over [`crate::journal::Journal`], plus `parseTouchCursor` and
 //! `formatTouchCursor`. Conversion only: argument checks, JS values, promises and the
-//! AbortSignal listener.
+//! AbortSignal hook (from [`super::abort`]).
 
 use std::cell::Cell;
-use std::ffi::c_void;
 use std::ptr;
+use std::rc::Rc;
 
 use napi::bindgen_prelude::*;
 use napi::sys;
 use napi_derive::napi;
 
-use super::js::{throw, Js, Out};
+use super::abort::{self, AbortHook};
+use super::js::{throw, Js};
 use super::port::{Port, Ticket};
 use crate::error::Error;
 use crate::journal::bloom::slot_positions;
@@ -27,15 +28,15 @@ type JsWeakJournal = WeakJournal<JsWaiter>;
 /// Stored inline in the journal's waiter slot.
 struct JsWaiter {
     ticket: Ticket,
-    abort: Option<Box<AbortRefs>>,
+    abort: Option<Box<AbortHook>>,
 }
 
 impl Waker for JsWaiter {
     fn wake(self, hit: Option<TouchHit>) {
         let abort = self.abort;
         let outcome = Box::new(move |env: &Env| {
-            if let Some(refs) = abort {
-                release_abort(env, *refs);
+            if let Some(hook) = abort {
+                hook.release(env);
             }
             hit_js(env, hit)
         });
@@ -392,130 +393,6 @@ fn resolved_null(env: &Env) -> napi::Result<sys::napi_value> {
     Ok(promise)
 }
 
-// ---- AbortSignal
-
-/// Lives as long as the listener function (freed by its finalizer). JS thread only.
-struct AbortCtx {
-    journal: JsWeakJournal,
-    waiter: Cell<Option<WaiterId>>,
-}
-
-/// References to the signal and our listener, released (and the listener removed) on the JS
-/// thread when the wait settles.
-struct AbortRefs {
-    signal: sys::napi_ref,
-    listener: sys::napi_ref,
-}
-// SAFETY: the references are only used on the JS thread, in the settlement's outcome.
-unsafe impl Send for AbortRefs {}
-
-unsafe extern "C" fn on_abort(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    let mut data: *mut c_void = ptr::null_mut();
-    let mut argc = 0usize;
-    unsafe { sys::napi_get_cb_info(env, info, &mut argc, ptr::null_mut(), ptr::null_mut(), &mut data) };
-    if !data.is_null() {
-        let ctx = unsafe { &*(data as *const AbortCtx) };
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            if let (Some(id), Some(journal)) = (ctx.waiter.take(), ctx.journal.upgrade()) {
-                let js_env = Env::from_raw(env);
-                let _js = InJsCall::enter(&js_env);
-                journal.cancel(id);
-            }
-        }));
-    }
-    ptr::null_mut()
-}
-
-unsafe extern "C" fn free_abort_ctx(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
-    if !data.is_null() {
-        drop(unsafe { Box::from_raw(data as *mut AbortCtx) });
-    }
-}
-
-fn call_method(
-    env: sys::napi_env,
-    obj: sys::napi_value,
-    name: &std::ffi::CStr,
-    args: &[sys::napi_value],
-) -> JsResult<()> {
-    let mut f = ptr::null_mut();
-    raw_ok(unsafe { sys::napi_get_named_property(env, obj, name.as_ptr(), &mut f) })?;
-    let mut result = ptr::null_mut();
-    raw_ok(unsafe { sys::napi_call_function(env, obj, f, args.len(), args.as_ptr(), &mut result) })
-}
-
-/// Checks that `signal` looks like an AbortSignal; returns whether it is already aborted.
-fn signal_state(signal: &Js) -> JsResult<bool> {
-    let bad = || Error::invalid("signal must be an AbortSignal");
-    if !signal.is_object() {
-        return Err(bad());
-    }
-    let add = signal.get("addEventListener")?.ok_or_else(bad)?;
-    if add.type_of() != sys::ValueType::napi_function {
-        return Err(bad());
-    }
-    match signal.get("aborted")? {
-        Some(v) if v.type_of() == sys::ValueType::napi_boolean => v.boolean("signal.aborted"),
-        _ => Err(bad()),
-    }
-}
-
-/// Creates the listener for one wait; the context learns the waiter id once registered.
-fn abort_listener(
-    env: &Env,
-    signal: &Js,
-    journal: JsWeakJournal,
-) -> JsResult<(AbortRefs, *const AbortCtx, sys::napi_value)> {
-    let raw = env.raw();
-    let ctx = Box::into_raw(Box::new(AbortCtx { journal, waiter: Cell::new(None) }));
-    let mut listener = ptr::null_mut();
-    let created =
-        unsafe { sys::napi_create_function(raw, c"onAbort".as_ptr(), 7, Some(on_abort), ctx.cast(), &mut listener) };
-    if created != sys::Status::napi_ok {
-        drop(unsafe { Box::from_raw(ctx) });
-        return Err(Error::Internal("cannot create the abort listener".into()));
-    }
-    raw_ok(unsafe {
-        sys::napi_add_finalizer(raw, listener, ctx.cast(), Some(free_abort_ctx), ptr::null_mut(), ptr::null_mut())
-    })?;
-    let (mut signal_ref, mut listener_ref) = (ptr::null_mut(), ptr::null_mut());
-    raw_ok(unsafe { sys::napi_create_reference(raw, signal.raw, 1, &mut signal_ref) })?;
-    raw_ok(unsafe { sys::napi_create_reference(raw, listener, 1, &mut listener_ref) })?;
-    Ok((AbortRefs { signal: signal_ref, listener: listener_ref }, ctx, listener))
-}
-
-fn add_abort_listener(env: &Env, signal: &Js, listener: sys::napi_value) -> JsResult<()> {
-    let out = Out::new(env);
-    let conv = |e: napi::Error| Error::Internal(e.reason.clone());
-    let opts = out.object().map_err(conv)?;
-    out.set(opts, "once", out.bool(true).map_err(conv)?).map_err(conv)?;
-    let abort = out.str("abort").map_err(conv)?;
-    call_method(env.raw(), signal.raw, c"addEventListener", &[abort, listener, opts])
-}
-
-/// On the JS thread, once the wait settled: removes the listener and drops the references.
-fn release_abort(env: &Env, refs: AbortRefs) {
-    let raw = env.raw();
-    let (mut signal, mut listener) = (ptr::null_mut(), ptr::null_mut());
-    unsafe {
-        sys::napi_get_reference_value(raw, refs.signal, &mut signal);
-        sys::napi_get_reference_value(raw, refs.listener, &mut listener);
-    }
-    if !signal.is_null() && !listener.is_null() {
-        if let Ok(abort) = Out::new(env).str("abort") {
-            if call_method(raw, signal, c"removeEventListener", &[abort, listener]).is_err() {
-                // A throwing removeEventListener must not turn the settlement into an error.
-                let mut exc = ptr::null_mut();
-                unsafe { sys::napi_get_and_clear_last_exception(raw, &mut exc) };
-            }
-        }
-    }
-    unsafe {
-        sys::napi_delete_reference(raw, refs.signal);
-        sys::napi_delete_reference(raw, refs.listener);
-    }
-}
-
 // ---- the class
 
 /// An in-memory touch journal (the reference's `TouchJournal`): touches flush in buckets as
@@ -773,34 +650,43 @@ impl TouchJournal {
             Ok(v) => v,
             Err(e) => return wrap(Port::rejected(env, &e)?),
         };
-        let abort = match &signal {
+        // The waiter owns the abort hook, so the listener is created before registration and
+        // attached once the waiter id is known.
+        let waiter_id: Rc<Cell<Option<WaiterId>>> = Rc::default();
+        let hook = match &signal {
             None => None,
-            Some(sig) => match signal_state(sig) {
+            Some(sig) => match abort::is_aborted(sig) {
                 Err(e) => return wrap(Port::rejected(env, &e)?),
                 Ok(true) => return wrap(resolved_null(env)?),
-                Ok(false) => match abort_listener(env, sig, self.journal.downgrade()) {
-                    Ok(a) => Some(a),
-                    Err(e) => return wrap(Port::rejected(env, &e)?),
-                },
+                Ok(false) => {
+                    let (id, journal) = (waiter_id.clone(), self.journal.downgrade());
+                    let on_abort: abort::OnAbort = Box::new(move |env: &Env| {
+                        if let (Some(id), Some(journal)) = (id.take(), journal.upgrade()) {
+                            let _js = InJsCall::enter(env);
+                            journal.cancel(id);
+                        }
+                    });
+                    match abort::listener(env, sig, on_abort) {
+                        Ok(h) => Some(Box::new(h)),
+                        Err(e) => return wrap(Port::rejected(env, &e)?),
+                    }
+                }
             },
         };
         let (ticket, promise) = self.port.promise(env)?;
-        let (refs, ctx, listener) = match abort {
-            Some((refs, ctx, listener)) => (Some(refs), ctx, listener),
-            None => (None, ptr::null(), ptr::null_mut()),
-        };
-        let waiter = JsWaiter { ticket, abort: refs.map(Box::new) };
+        let attach = hook.as_deref().map(|h| h as *const AbortHook);
+        let waiter = JsWaiter { ticket, abort: hook };
         let _js = InJsCall::enter(env); // an immediate null resolves now
         let registered = match self.journal.wait_for_any(req, waiter) {
             Ok(id) => id,
             // Validated above; unreachable in practice.
             Err(e) => return Err(throw(env, e)),
         };
-        if let (Some(id), Some(sig)) = (registered, &signal) {
-            // SAFETY: `ctx` lives until the listener function is collected, which our reference
-            // to it prevents until the settlement's outcome has run.
-            unsafe { &*ctx }.waiter.set(Some(id));
-            if let Err(e) = add_abort_listener(env, sig, listener) {
+        if let (Some(id), Some(hook)) = (registered, attach) {
+            waiter_id.set(Some(id));
+            // SAFETY: the hook is boxed inside the registered waiter, which settles (and frees it)
+            // only on this JS thread, after this call returns.
+            if let Err(e) = unsafe { &*hook }.attach(env) {
                 self.journal.cancel(id);
                 return Err(throw(env, e));
             }
