@@ -5,7 +5,9 @@
 //! (M4, M8), which templates to expand (hot template filtering, P3) and which fine keys to keep
 //! (hot key filtering, M12).
 
-use std::collections::{HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::hash::Hash;
 
 /// A fine wait with more key ids than this is *broad*: it is counted, but its keys are not
 /// tracked (M19).
@@ -33,13 +35,73 @@ pub enum InterestMode {
     Coarse,
 }
 
+/// Entries in their grace period, with an expiry queue so a sweep costs what expires, not
+/// what is held. Every wait's begin and release ends with a forced sweep (M19), so a sweep
+/// that scanned the whole set made a stream with many waiters quadratic (closing 200,000 waits
+/// took seconds). Re-acquired or re-released entries leave stale queue items; the map's expiry
+/// tells them apart.
+#[derive(Debug)]
+struct GraceSet<K: Hash + Eq + Ord + Clone> {
+    expiry: HashMap<K, i64>,
+    queue: BinaryHeap<Reverse<(i64, K)>>,
+}
+
+impl<K: Hash + Eq + Ord + Clone> Default for GraceSet<K> {
+    fn default() -> Self {
+        GraceSet { expiry: HashMap::new(), queue: BinaryHeap::new() }
+    }
+}
+
+impl<K: Hash + Eq + Ord + Clone> GraceSet<K> {
+    fn len(&self) -> usize {
+        self.expiry.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.expiry.is_empty()
+    }
+
+    fn insert(&mut self, k: K, expires_at_ms: i64) {
+        self.expiry.insert(k.clone(), expires_at_ms);
+        self.queue.push(Reverse((expires_at_ms, k)));
+    }
+
+    fn remove<Q>(&mut self, k: &Q)
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.expiry.remove(k);
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &K> {
+        self.expiry.keys()
+    }
+
+    /// Drops the entries whose expiry is ≤ `now_ms`.
+    fn expire(&mut self, now_ms: i64) {
+        while let Some(Reverse((at, _))) = self.queue.peek() {
+            if *at > now_ms {
+                break;
+            }
+            let Some(Reverse((at, k))) = self.queue.pop() else { break };
+            if self.expiry.get(&k) == Some(&at) {
+                self.expiry.remove(&k);
+            }
+        }
+        if self.expiry.is_empty() {
+            self.queue.clear();
+        }
+    }
+}
+
 /// The hot state of one stream.
 #[derive(Debug, Default)]
 pub struct HotState {
     key_active: HashMap<u32, u32>,
-    key_grace: HashMap<u32, i64>,
+    key_grace: GraceSet<u32>,
     template_active: HashMap<String, u32>,
-    template_grace: HashMap<String, i64>,
+    template_grace: GraceSet<String>,
     pub fine_waiters: u64,
     pub coarse_waiters: u64,
     pub broad_fine_waiters: u64,
@@ -231,8 +293,8 @@ impl HotState {
         if !force && now_ms < self.next_sweep_at_ms {
             return true;
         }
-        self.key_grace.retain(|_, exp| *exp > now_ms);
-        self.template_grace.retain(|_, exp| *exp > now_ms);
+        self.key_grace.expire(now_ms);
+        self.template_grace.expire(now_ms);
         if self.key_active.len() + self.key_grace.len() < limits.max_keys {
             self.keys_over_capacity = false;
         }
@@ -347,5 +409,32 @@ mod tests {
         let s = h.snapshot();
         assert_eq!((s.hot_key_active, s.hot_key_grace), (0, 1));
         assert!(s.hot_keys.unwrap().contains(&7));
+    }
+
+    #[test]
+    fn a_key_released_again_keeps_its_later_grace() {
+        let mut h = HotState::default();
+        let a = h.begin(InterestMode::Fine, &[7, 8], &[T1.into()], &L, 0);
+        h.release(&a, &L, 0); // grace until 1000
+        let b = h.begin(InterestMode::Fine, &[7], &[T1.into()], &L, 500);
+        h.release(&b, &L, 600); // 7 and T1: grace until 1600; 8 still until 1000
+        assert!(h.sweep(&L, 1000, true));
+        let s = h.snapshot();
+        assert_eq!((s.hot_key_grace, s.hot_template_grace), (1, 1), "8 expired; 7 and T1 were renewed");
+        assert!(s.hot_keys.unwrap().contains(&7));
+        assert!(h.sweep(&L, 1599, true));
+        assert!(!h.sweep(&L, 1600, true));
+    }
+
+    #[test]
+    fn many_waits_released_at_once_all_enter_grace_and_expire_together() {
+        let mut h = HotState::default();
+        let limits = HotLimits { max_keys: 1_000_000, ..L };
+        let leases: Vec<_> = (0..50_000u32).map(|k| h.begin(InterestMode::Fine, &[k], &[], &limits, 0)).collect();
+        for l in &leases {
+            h.release(l, &limits, 10);
+        }
+        assert_eq!(h.snapshot().hot_key_grace, 50_000);
+        assert!(!h.sweep(&limits, 1010, true));
     }
 }
