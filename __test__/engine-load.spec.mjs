@@ -44,3 +44,26 @@ test("2,000 waits with a 1 s timeout resolve touched:false on schedule while oth
   await engine.close();
   await store.close();
 }, { timeout: 60_000 });
+
+test("close() with 100,000 pending fine waits on distinct keys settles every one with touched:false", async () => {
+  const store = Store.open(":memory:");
+  await store.createStream("s", { contentType: "application/json" });
+  const engine = new TouchEngine(store);
+  engine.setTouchConfig("s", { enabled: true });
+  const tpl = engine.activateTemplates("s", [{ entity: "public.t", fields: [{ name: "a", encoding: "int64" }] }]).activated[0].templateId;
+  const { cursor } = await engine.meta("s");
+  const N = 100_000;
+  const waits = [];
+  for (let i = 0; i < N; i++) {
+    waits.push(engine.wait({ stream: "s", cursor, keys: [keys.watchKey(tpl, [String(i)])], templateIdsUsed: [tpl], interestMode: "fine", timeoutMs: 600_000 }));
+  }
+  const meta = await engine.meta("s");
+  assert.equal(meta.activeWaiters, N);
+  assert.equal(meta.hotFineKeys, N, "every wait's key is hot");
+  // Every release puts its key into grace and ends with a forced hot-state sweep (M19).
+  await engine.close();
+  const results = await Promise.all(waits);
+  assert.equal(results.length, N);
+  assert.ok(results.every((r) => r.touched === false && r.stale !== true));
+  await store.close();
+}, { timeout: 120_000 });
