@@ -639,7 +639,7 @@ impl TouchEngine {
             if aborted {
                 return Err(Error::Aborted);
             }
-            let body = Js::new(env, request.raw()).to_value("request")?.unwrap_or(Value::Undefined);
+            let body = r.pick("request", WaitArgs::FIELDS)?;
             Ok((stream, WaitArgs::parse(&body)?, signal))
         })();
         let engine = self.engine.clone();

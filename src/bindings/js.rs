@@ -450,6 +450,21 @@ impl Js {
         self.to_value_at(what, 0)
     }
 
+    /// Copies just the named properties of an object (own or inherited; absent and `undefined`
+    /// ones are left out) into a [`JsonValue::Object`]: for request bodies whose parser reads
+    /// known fields only, so that other properties (an AbortSignal, say) are never walked.
+    pub fn pick(self, what: &str, names: &[&str]) -> Result<JsonValue> {
+        let mut obj = JsonObject::new();
+        for name in names {
+            if let Some(v) = self.get(name)? {
+                if let Some(v) = v.to_value_at(what, 1)? {
+                    obj.insert((*name).into(), v);
+                }
+            }
+        }
+        Ok(JsonValue::Object(obj))
+    }
+
     fn to_value_at(self, what: &str, depth: usize) -> Result<Option<JsonValue>> {
         if depth > MAX_VALUE_DEPTH {
             return Err(Error::invalid(format!("{what} is nested too deeply (or cyclic)")));

@@ -102,6 +102,19 @@ pub fn parse_inactivity_ttl(raw: &Value, path: &str) -> Result<Option<f64>> {
 }
 
 impl WaitArgs {
+    /// Every request field [`WaitArgs::parse`] reads (the binding copies only these).
+    pub const FIELDS: &'static [&'static str] = &[
+        "keys",
+        "keyIds",
+        "exact",
+        "cursor",
+        "timeoutMs",
+        "templateIdsUsed",
+        "interestMode",
+        "declareTemplates",
+        "inactivityTtlMs",
+    ];
+
     /// W1, in the route's order and with its messages.
     pub fn parse(body: &Value) -> Result<WaitArgs> {
         let keys = match get(body, "keys") {
@@ -365,6 +378,27 @@ mod tests {
     use super::*;
 
     use crate::jscompat::json::Object;
+
+    #[test]
+    fn fields_lists_every_property_parse_reads() {
+        // The binding copies only WaitArgs::FIELDS out of the JS request; a field read here but
+        // missing there would silently read as absent.
+        let src = include_str!("wait.rs");
+        let needle = ["get(bo", "dy, \""].concat();
+        let mut read: Vec<&str> = src
+            .match_indices(&needle)
+            .map(|(i, _)| {
+                let rest = &src[i + needle.len()..];
+                &rest[..rest.find('"').unwrap()]
+            })
+            .collect();
+        read.sort();
+        read.dedup();
+        assert!(read.len() >= 9, "found {read:?}");
+        for f in read {
+            assert!(WaitArgs::FIELDS.contains(&f), "WaitArgs::FIELDS lacks {f:?}");
+        }
+    }
     use crate::jscompat::string::JsString;
 
     fn obj(entries: Vec<(&str, Value)>) -> Value {
