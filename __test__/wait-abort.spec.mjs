@@ -87,3 +87,47 @@ test("a signal that is not an AbortSignal is refused", async () => {
   }
   assert.equal(await j.waitForAny({ keys: [1], timeoutMs: 10, signal: null }), null);
 });
+
+test("a signal-like object whose listener is called without `this` still aborts through event.target", async () => {
+  const j = new TouchJournal();
+  const added = [];
+  const removed = [];
+  const sig = {
+    aborted: false,
+    addEventListener: (type, fn) => added.push([type, fn]),
+    removeEventListener: (type, fn) => removed.push([type, fn]),
+  };
+  const p = j.waitForAny({ keys: [3], timeoutMs: 60_000, signal: sig });
+  const q = j.waitForAny({ keys: [4], timeoutMs: 60_000, signal: sig });
+  assert.equal(added.length, 1, "one listener for both waits");
+  assert.equal(added[0][0], "abort");
+  sig.aborted = true;
+  added[0][1].call(undefined, { type: "abort", target: sig });
+  assert.equal(j.getActiveWaiters(), 0);
+  assert.deepEqual(await Promise.all([p, q]), [null, null]);
+  assert.equal(removed.length, 1);
+  assert.equal(removed[0][1], added[0][1]);
+});
+
+test("a frozen signal is refused with a coded error; a signal shared by the engine and a journal aborts both", async () => {
+  const j = new TouchJournal();
+  const frozen = Object.freeze({ aborted: false, addEventListener() {}, removeEventListener() {} });
+  await assert.rejects(j.waitForAny({ keys: [1], timeoutMs: 10, signal: frozen }), (e) => e.code === "ERR_INVALID_ARGUMENT");
+  assert.equal(j.getActiveWaiters(), 0);
+
+  const store = dt.Store.open(":memory:");
+  await store.createStream("s", { contentType: "application/json" });
+  const engine = new dt.TouchEngine(store);
+  engine.setTouchConfig("s", { enabled: true });
+  const ac = new AbortController();
+  const e = engine.wait({ stream: "s", cursor: "now", keyIds: [1], interestMode: "coarse", timeoutMs: 60_000, signal: ac.signal });
+  const w = j.waitForAny({ keys: [1], timeoutMs: 60_000, signal: ac.signal });
+  if (!isBun) assert.equal(listeners(ac.signal), 1, "one listener serves both");
+  await sleep(10);
+  ac.abort();
+  assert.equal(await w, null);
+  await assert.rejects(e, (err) => err.code === "ERR_ABORTED");
+  if (!isBun) assert.equal(listeners(ac.signal), 0);
+  await engine.close();
+  await store.close();
+});

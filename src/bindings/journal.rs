@@ -650,8 +650,8 @@ impl TouchJournal {
             Ok(v) => v,
             Err(e) => return wrap(Port::rejected(env, &e)?),
         };
-        // The waiter owns the abort hook, so the listener is created before registration and
-        // attached once the waiter id is known.
+        // The waiter owns its abort hook; the listener learns the waiter id once registered
+        // (no JS runs in between, so the signal cannot fire before).
         let waiter_id: Rc<Cell<Option<WaiterId>>> = Rc::default();
         let hook = match &signal {
             None => None,
@@ -666,30 +666,29 @@ impl TouchJournal {
                             journal.cancel(id);
                         }
                     });
-                    match abort::listener(env, sig, on_abort) {
+                    match abort::listen(env, sig, on_abort) {
                         Ok(h) => Some(Box::new(h)),
                         Err(e) => return wrap(Port::rejected(env, &e)?),
                     }
                 }
             },
         };
-        let (ticket, promise) = self.port.promise(env)?;
-        let attach = hook.as_deref().map(|h| h as *const AbortHook);
+        let (ticket, promise) = match self.port.promise(env) {
+            Ok(p) => p,
+            Err(e) => {
+                if let Some(h) = hook {
+                    h.release(env);
+                }
+                return Err(e);
+            }
+        };
         let waiter = JsWaiter { ticket, abort: hook };
         let _js = InJsCall::enter(env); // an immediate null resolves now
-        let registered = match self.journal.wait_for_any(req, waiter) {
-            Ok(id) => id,
+        match self.journal.wait_for_any(req, waiter) {
+            Ok(Some(id)) => waiter_id.set(Some(id)),
+            Ok(None) => {}
             // Validated above; unreachable in practice.
             Err(e) => return Err(throw(env, e)),
-        };
-        if let (Some(id), Some(hook)) = (registered, attach) {
-            waiter_id.set(Some(id));
-            // SAFETY: the hook is boxed inside the registered waiter, which settles (and frees it)
-            // only on this JS thread, after this call returns.
-            if let Err(e) = unsafe { &*hook }.attach(env) {
-                self.journal.cancel(id);
-                return Err(throw(env, e));
-            }
         }
         wrap(promise)
     }
