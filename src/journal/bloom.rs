@@ -6,11 +6,15 @@
 //! epoch), so there are no false negatives; collisions give false positives. Slot positions are
 //! the reference's, so the same touch sequence gives the same answers.
 //!
-//! The slot array is allocated on the journal's first touch (B14): a journal that was never
-//! touched holds no filter memory, and reads before that see all slots at generation 0, which is what a
-//! freshly allocated array would answer.
+//! The slot array is requested on the journal's first touch (B14): a journal that was never
+//! touched holds no filter memory, and reads before that see all slots at generation 0, which is
+//! what a freshly allocated array would answer. A large array is zeroed on a background thread
+//! ([`SlotArray::zeroed_in_background`]); until it arrives, writes go to a sparse map of the
+//! same slots, read exactly as the array would be, and are copied into the array when it does.
+//! The answers are the same either way.
 
-use super::slots::SlotArray;
+use super::hash::IntMap;
+use super::slots::{PendingArray, SlotArray};
 
 /// Used as the stride when the mixed key is 0, so a key never maps all k positions to one slot.
 const ZERO_STRIDE: u32 = 0x9e37_79b9;
@@ -40,14 +44,27 @@ pub fn slot_positions(key_id: u32, k: u32, mask: u32) -> impl Iterator<Item = u3
 pub struct GenerationBloom {
     k: u32,
     mask: u32,
-    /// `None` until the first key is written (B14).
-    slots: Option<SlotArray>,
+    slots: Slots,
+}
+
+/// Arrays at least this large are zeroed in the background.
+const BACKGROUND_BYTES: usize = 2 << 20;
+
+enum Slots {
+    /// Never touched (B14): every slot reads 0.
+    Unallocated,
+    /// The array is being zeroed; `sparse` holds the slots written meanwhile (absent = 0).
+    Arriving {
+        array: PendingArray,
+        sparse: IntMap<u32, u32>,
+    },
+    Dense(SlotArray),
 }
 
 impl GenerationBloom {
     /// `pow2` and `k` are already clamped (J2).
     pub fn new(pow2: u32, k: u32) -> GenerationBloom {
-        GenerationBloom { k, mask: (1u32 << pow2) - 1, slots: None }
+        GenerationBloom { k, mask: (1u32 << pow2) - 1, slots: Slots::Unallocated }
     }
 
     /// Configured slot count (whether allocated or not).
@@ -59,16 +76,47 @@ impl GenerationBloom {
         self.k
     }
 
-    /// Bytes held by the slot array: 0 until the first write.
+    /// Bytes of the slot array: 0 until the first touch, the array's size from then on (also
+    /// while it is being zeroed).
     pub fn allocated_bytes(&self) -> usize {
-        self.slots.as_ref().map_or(0, |s| s.len() * 4)
+        match &self.slots {
+            Slots::Unallocated => 0,
+            Slots::Arriving { .. } => self.slot_count() * 4,
+            Slots::Dense(s) => s.len() * 4,
+        }
     }
 
-    /// Allocates the slot array if it is not yet (the journal does so at its first touch).
+    /// Requests the slot array if it is not yet (the journal does so at its first touch, a
+    /// coalescing window before the first write).
     #[inline]
     pub fn ensure_allocated(&mut self) {
-        if self.slots.is_none() {
-            self.slots = Some(SlotArray::zeroed(self.mask as usize + 1));
+        if let Slots::Unallocated = self.slots {
+            let len = self.slot_count();
+            self.slots = if len * 4 >= BACKGROUND_BYTES {
+                Slots::Arriving { array: SlotArray::zeroed_in_background(len), sparse: IntMap::default() }
+            } else {
+                Slots::Dense(SlotArray::zeroed(len))
+            };
+        }
+    }
+
+    /// Switches to the array once it has arrived (waiting for it if `block`), with the sparse
+    /// writes copied in. The journal polls at every flush.
+    pub fn arrive(&mut self, block: bool) {
+        let Slots::Arriving { array, sparse } = &self.slots else { return };
+        let Some(mut dense) = (if block { Some(array.wait()) } else { array.try_take() }) else { return };
+        for (&pos, &generation) in sparse {
+            dense[pos as usize] = generation;
+        }
+        self.slots = Slots::Dense(dense);
+    }
+
+    /// Makes room for `keys` more marks (a flush calls it with its bucket's size), so a sparse
+    /// map grows once rather than rehashing as it fills.
+    pub fn reserve(&mut self, keys: usize) {
+        if let Slots::Arriving { sparse, .. } = &mut self.slots {
+            let want = (sparse.len() + keys * self.k as usize).min((self.mask as usize + 1) / 8);
+            sparse.reserve(want.saturating_sub(sparse.len()));
         }
     }
 
@@ -76,29 +124,59 @@ impl GenerationBloom {
     #[inline]
     pub fn mark(&mut self, key_id: u32, generation: u32) {
         let (k, mask) = (self.k, self.mask);
-        // Zeroed allocation: pages are only backed once written.
-        let slots = self.slots.get_or_insert_with(|| SlotArray::zeroed(mask as usize + 1));
-        for pos in slot_positions(key_id, k, mask) {
-            slots[pos as usize] = generation;
+        if let Slots::Unallocated = self.slots {
+            self.ensure_allocated();
+        }
+        if let Slots::Arriving { sparse, .. } = &self.slots {
+            // Past an eighth of the slots the map costs more than the array: wait for it.
+            if sparse.len() >= (mask as usize + 1) / 8 {
+                self.arrive(true);
+            }
+        }
+        match &mut self.slots {
+            Slots::Dense(slots) => {
+                for pos in slot_positions(key_id, k, mask) {
+                    slots[pos as usize] = generation;
+                }
+            }
+            Slots::Arriving { sparse, .. } => {
+                for pos in slot_positions(key_id, k, mask) {
+                    sparse.insert(pos, generation);
+                }
+            }
+            Slots::Unallocated => unreachable!("allocated above"),
         }
     }
 
     /// The smallest generation among the key's slots: an upper bound of the key's last touch.
     #[inline]
     pub fn min_generation(&self, key_id: u32) -> u32 {
-        let Some(slots) = &self.slots else { return 0 };
-        slot_positions(key_id, self.k, self.mask).map(|pos| slots[pos as usize]).min().unwrap_or(0)
+        match &self.slots {
+            Slots::Unallocated => 0,
+            Slots::Dense(slots) => {
+                slot_positions(key_id, self.k, self.mask).map(|pos| slots[pos as usize]).min().unwrap_or(0)
+            }
+            Slots::Arriving { sparse, .. } => slot_positions(key_id, self.k, self.mask)
+                .map(|pos| sparse.get(&pos).copied().unwrap_or(0))
+                .min()
+                .unwrap_or(0),
+        }
     }
 
-    /// J5 without the overflow shortcut (the journal applies it).
     #[inline]
     pub fn touched_after(&self, key_id: u32, since: u32) -> bool {
         self.min_generation(key_id) > since
     }
 
-    /// Forgets everything (new epoch, B28) and releases the slot array.
+    /// Back to unallocated (a new epoch). An array still arriving is freed when it does.
     pub fn clear(&mut self) {
-        self.slots = None;
+        self.slots = Slots::Unallocated;
+    }
+
+    /// Whether the array has arrived (tests).
+    #[cfg(test)]
+    fn is_dense(&self) -> bool {
+        matches!(self.slots, Slots::Dense(_))
     }
 }
 
@@ -135,6 +213,47 @@ mod tests {
         b.clear();
         assert_eq!(b.allocated_bytes(), 0);
         assert!(!b.touched_after(7, 0));
+    }
+
+    #[test]
+    fn sparse_writes_answer_as_the_array_does_and_are_copied_into_it() {
+        let mut dense = GenerationBloom::new(22, 4);
+        dense.ensure_allocated();
+        dense.arrive(true);
+        assert!(dense.is_dense());
+        let mut sparse = GenerationBloom::new(22, 4);
+        sparse.ensure_allocated();
+        assert_eq!(sparse.allocated_bytes(), 16 << 20, "counted from the request on");
+        let mut x = 0x1234_5678u32;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        let keys: Vec<u32> = (0..50_000).map(|_| next()).collect();
+        for (i, &k) in keys.iter().enumerate() {
+            let generation = 1 + (i / 1000) as u32;
+            dense.mark(k, generation);
+            sparse.mark(k, generation);
+        }
+        assert!(!sparse.is_dense(), "50,000 keys stay below an eighth of the slots");
+        let probes: Vec<u32> = keys.iter().copied().step_by(7).chain((0..20_000).map(|_| next())).collect();
+        for &k in &probes {
+            assert_eq!(sparse.min_generation(k), dense.min_generation(k), "key {k}");
+        }
+        sparse.arrive(true);
+        assert!(sparse.is_dense());
+        for &k in &probes {
+            assert_eq!(sparse.min_generation(k), dense.min_generation(k), "key {k} after arrival");
+        }
+        // Past an eighth of the slots the bloom waits for its array.
+        let mut big = GenerationBloom::new(22, 4);
+        big.ensure_allocated();
+        for _ in 0..140_000 {
+            big.mark(next(), 1);
+        }
+        assert!(big.is_dense());
     }
 
     #[test]

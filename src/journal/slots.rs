@@ -4,12 +4,17 @@
 //! thousand keys; on a virtual machine those ~4,000 page faults cost several milliseconds,
 //! which the first flush of a journal would pay (the array is allocated lazily, B14). On Linux
 //! an array of 2 MiB or more is mapped directly, 2 MiB-aligned, with `MADV_HUGEPAGE`, so it is
-//! faulted in a few 2 MiB pages instead, and it is faulted in when created (the journal
-//! creates it at its first touch, a coalescing window before the first flush, so the flush that
-//! wakes waiters does not pay for it). Smaller arrays, other systems, or a failed mapping use a
-//! zeroed `Vec`, faulted in as written.
+//! faulted in a few 2 MiB pages where the kernel has them, and it is faulted in when created.
+//! Smaller arrays, other systems, or a failed mapping use a zeroed `Vec`, faulted in as written.
+//!
+//! Faulting in 16 MiB still means zeroing 16 MiB of fresh memory: 5 to 40 ms on this project's
+//! virtual machines. [`SlotArray::zeroed_in_background`] does it on one shared background
+//! thread, so the thread that touches a journal first (the JavaScript thread, for a
+//! `TouchJournal` used from JS) is not stalled; the bloom keeps its writes sparse meanwhile.
 
 use std::ops::{Deref, DerefMut};
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
+use std::sync::{Mutex, OnceLock};
 
 pub struct SlotArray {
     storage: Storage,
@@ -31,6 +36,68 @@ impl SlotArray {
             }
         }
         SlotArray { storage: Storage::Heap(vec![0u32; len].into_boxed_slice()) }
+    }
+}
+
+/// An array being zeroed on the background thread.
+pub struct PendingArray {
+    len: usize,
+    rx: Receiver<SlotArray>,
+}
+
+type Job = (usize, SyncSender<SlotArray>);
+
+/// The background allocator's queue; `None` if its thread could not be started.
+fn allocator() -> Option<&'static Mutex<mpsc::Sender<Job>>> {
+    static QUEUE: OnceLock<Option<Mutex<mpsc::Sender<Job>>>> = OnceLock::new();
+    QUEUE
+        .get_or_init(|| {
+            let (tx, rx) = mpsc::channel::<Job>();
+            std::thread::Builder::new()
+                .name("durable-touch-filter".into())
+                .spawn(move || {
+                    for (len, reply) in rx {
+                        // A journal that went away meanwhile drops its receiver: the array is
+                        // freed here.
+                        let _ = reply.send(SlotArray::zeroed(len));
+                    }
+                })
+                .ok()
+                .map(|_| Mutex::new(tx))
+        })
+        .as_ref()
+}
+
+impl SlotArray {
+    /// Starts zeroing an array of `len` slots on the background thread.
+    pub fn zeroed_in_background(len: usize) -> PendingArray {
+        let (reply, rx) = mpsc::sync_channel(1);
+        if let Some(queue) = allocator() {
+            let sent = queue.lock().map(|q| q.send((len, reply.clone())).is_ok()).unwrap_or(false);
+            if sent {
+                return PendingArray { len, rx };
+            }
+        }
+        // No background thread: zero it here.
+        let _ = reply.send(SlotArray::zeroed(len));
+        PendingArray { len, rx }
+    }
+}
+
+impl PendingArray {
+    /// The array if it is ready, without waiting.
+    pub fn try_take(&self) -> Option<SlotArray> {
+        match self.rx.try_recv() {
+            Ok(a) => Some(a),
+            Err(TryRecvError::Empty) => None,
+            // The allocator is gone (it cannot be, short of a panic there): zero it here.
+            Err(TryRecvError::Disconnected) => Some(SlotArray::zeroed(self.len)),
+        }
+    }
+
+    /// The array, waiting for the background thread if need be.
+    pub fn wait(&self) -> SlotArray {
+        self.rx.recv().unwrap_or_else(|_| SlotArray::zeroed(self.len))
     }
 }
 
@@ -142,5 +209,25 @@ mod tests {
             a[0] = 3;
             assert_eq!((a[0], a[len - 1], a[len / 2]), (3, 7, 0));
         }
+    }
+
+    #[test]
+    fn background_arrays_arrive_zeroed() {
+        let pending: Vec<PendingArray> = (0..3).map(|_| SlotArray::zeroed_in_background(1 << 20)).collect();
+        let mut it = pending.into_iter();
+        let first = it.next().unwrap().wait();
+        assert_eq!(first.len(), 1 << 20);
+        assert!(first.iter().all(|&v| v == 0));
+        let second = it.next().unwrap();
+        let a = loop {
+            if let Some(a) = second.try_take() {
+                break a;
+            }
+            std::thread::yield_now();
+        };
+        assert_eq!(a.len(), 1 << 20);
+        drop(it); // the third is dropped unreceived: the allocator frees it
+        let again = SlotArray::zeroed_in_background(16).wait();
+        assert_eq!(&again[..], &[0u32; 16][..]);
     }
 }

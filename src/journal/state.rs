@@ -179,6 +179,7 @@ impl<W: Waker> JournalState<W> {
             return false;
         }
         let bucket = self.bucket.take();
+        self.bloom.arrive(false);
         // B28: the generation never wraps within an epoch. Past u32::MAX a new epoch starts,
         // every cursor handed out so far becomes stale, and every parked waiter is woken.
         let new_epoch = self.generation == u32::MAX;
@@ -199,6 +200,7 @@ impl<W: Waker> JournalState<W> {
             self.last_overflow_generation = generation;
         }
         // J8 step 7: the captured keys are written even in overflow.
+        self.bloom.reserve(bucket.keys.len());
         for &key in &bucket.keys {
             self.bloom.mark(key, generation);
         }
