@@ -91,18 +91,23 @@ impl<'a> Image<'a> {
 
     /// `Object.keys(image)` with each key's (last) value: array indexes ascending first, then
     /// the other keys in first-appearance order (P7).
-    pub fn own_entries(&self) -> Vec<(Cow<'a, [u8]>, Scalar<'a>)> {
-        let Image::Object(members) = self else { return Vec::new() };
-        let mut out: Vec<(Cow<'a, [u8]>, Scalar<'a>)> = Vec::with_capacity(members.len());
+    pub fn own_entries(&self) -> Entries<'a> {
+        let Image::Object(members) = self else { return Entries::new() };
+        let mut out = Entries::with_capacity(members.len());
+        let mut any_index = false;
         for m in members {
             let name = m.name.decode();
             match out.iter_mut().find(|(n, _)| *n == name) {
                 Some(slot) => slot.1 = m.value,
-                None => out.push((name, m.value)),
+                None => {
+                    any_index = any_index || array_index(&name).is_some();
+                    out.push((name, m.value))
+                }
             }
         }
-        if out.iter().any(|(n, _)| array_index(n).is_some()) {
-            let (mut indexes, rest): (Vec<_>, Vec<_>) = out.into_iter().partition(|(n, _)| array_index(n).is_some());
+        if any_index {
+            let (mut indexes, rest): (Entries<'a>, Entries<'a>) =
+                out.into_iter().partition(|(n, _)| array_index(n).is_some());
             indexes.sort_by_key(|(n, _)| array_index(n));
             indexes.extend(rest);
             out = indexes;
@@ -110,6 +115,9 @@ impl<'a> Image<'a> {
         out
     }
 }
+
+/// An image's own entries (see [`Image::own_entries`]); inline for the usual handful.
+pub type Entries<'a> = smallvec::SmallVec<[(Cow<'a, [u8]>, Scalar<'a>); 8]>;
 
 /// The canonical change of one WAL row.
 #[derive(Debug, Clone, PartialEq)]
