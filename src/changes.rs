@@ -157,6 +157,17 @@ pub fn read_record(text: &str, capture_images: bool) -> Record<'_> {
     }
 }
 
+/// [`read_record`] on a raw payload that is all ASCII, without decoding it first (it would
+/// decode to itself). `None` when the payload holds a non-ASCII byte or is not JSON: then
+/// decode it ([`decode_payload`]) and read the text.
+pub fn read_record_ascii(payload: &[u8], capture_images: bool) -> Option<Record<'_>> {
+    let mut sc = Scanner::new(payload);
+    match read_top(&mut sc, capture_images) {
+        Ok(r) if !sc.saw_non_ascii() => Some(r),
+        _ => None,
+    }
+}
+
 /// The payload as `TextDecoder` decodes it (lossy UTF-8, leading BOM dropped).
 pub fn decode_payload(payload: &[u8]) -> Cow<'_, str> {
     decode_text(payload)
@@ -373,6 +384,23 @@ mod tests {
         }
         for bad in ["{not json", "", "{\"type\":\"t\"} x", "\u{FEFF}{}"] {
             assert_eq!(change(bad), Record::NotJson, "{bad}");
+        }
+    }
+
+    #[test]
+    fn ascii_payloads_read_raw_as_decoded() {
+        let ok = br#"{"type":"t","key":"k","headers":{"operation":"update"},"value":{"a":"x","b":[1,{"c":2}]},"old_value":{"a":"y"}}"#;
+        assert_eq!(read_record_ascii(ok, true), Some(read_record(&decode_payload(ok), true)));
+        let non_ascii: [&[u8]; 6] = [
+            "{\"type\":\"t\u{e9}\",\"key\":\"k\",\"headers\":{\"operation\":\"insert\"}}".as_bytes(),
+            b"{\"type\":\"t\xff\",\"key\":\"k\",\"headers\":{\"operation\":\"insert\"}}",
+            b"\xEF\xBB\xBF{\"type\":\"t\",\"key\":\"k\",\"headers\":{\"operation\":\"insert\"}}",
+            b"{\"type\":\"t\",\"key\":\"k\",\"headers\":{\"operation\":\"insert\"},\"value\":{\"a\":[\"\xc3\xa9\"]}}",
+            b"{\"a\":1}\xc2\xa0",
+            b"{not json",
+        ];
+        for p in non_ascii {
+            assert_eq!(read_record_ascii(p, true), None, "{p:?}");
         }
     }
 

@@ -314,6 +314,17 @@ static SPECIAL: [bool; 256] = {
     t
 };
 
+/// [`SPECIAL`] plus the non-ASCII bytes (while a scanner has seen none).
+static SPECIAL_OR_HIGH: [bool; 256] = {
+    let mut t = SPECIAL;
+    let mut i = 0x80;
+    while i < 0x100 {
+        t[i] = true;
+        i += 1;
+    }
+    t
+};
+
 /// Whether any byte of `w` is `"`, `\\` or below 0x20 (SWAR).
 #[inline]
 fn has_special_byte(w: u64) -> bool {
@@ -324,16 +335,25 @@ fn has_special_byte(w: u64) -> bool {
     (zero(w ^ (LO * b'"' as u64)) | zero(w ^ (LO * b'\\' as u64)) | below_space) != 0
 }
 
-/// The JSON lexer over text that is valid UTF-8 (the decoded payload).
+/// The JSON lexer over text that is valid UTF-8 (the decoded payload), or over raw bytes:
+/// outside string tokens any non-ASCII byte is a syntax error, and inside them the scanner
+/// notes it ([`Scanner::saw_non_ascii`]), so a raw scan that succeeds without one read exactly
+/// what the decoded text would give.
 pub struct Scanner<'a> {
     b: &'a [u8],
     pos: usize,
     stack: Vec<u8>,
+    non_ascii: bool,
 }
 
 impl<'a> Scanner<'a> {
     pub fn new(text: &'a [u8]) -> Self {
-        Scanner { b: text, pos: 0, stack: Vec::new() }
+        Scanner { b: text, pos: 0, stack: Vec::new(), non_ascii: false }
+    }
+
+    /// Whether a string token read so far held a byte of 0x80 or above.
+    pub fn saw_non_ascii(&self) -> bool {
+        self.non_ascii
     }
 
     /// Skips JSON whitespace (space, tab, LF, CR only).
@@ -387,14 +407,16 @@ impl<'a> Scanner<'a> {
         loop {
             // Skip 8 plain bytes at a time (no quote, backslash or control character), then
             // byte by byte up to the next special one.
+            let high = if self.non_ascii { 0 } else { 0x8080_8080_8080_8080 };
             while i + 8 <= b.len() {
                 let w = u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
-                if has_special_byte(w) {
+                if has_special_byte(w) || w & high != 0 {
                     break;
                 }
                 i += 8;
             }
-            i += b[i..].iter().position(|&c| SPECIAL[c as usize]).unwrap_or(b.len() - i);
+            let table = if self.non_ascii { &SPECIAL } else { &SPECIAL_OR_HIGH };
+            i += b[i..].iter().position(|&c| table[c as usize]).unwrap_or(b.len() - i);
             let Some(&c) = b.get(i) else { return Err(SyntaxError) };
             match c {
                 b'"' => break,
@@ -412,6 +434,10 @@ impl<'a> Scanner<'a> {
                     }
                 }
                 0..=0x1F => return Err(SyntaxError),
+                0x80.. => {
+                    self.non_ascii = true;
+                    i += 1;
+                }
                 _ => i += 1,
             }
         }

@@ -13,7 +13,8 @@ use smallvec::SmallVec;
 
 use super::{Granularity, Plan, ProcessRequest, ProcessResult, ProcessStats, Row, TemplateRow, Touch, TouchKind};
 use crate::changes::{
-    decode_payload, fields_equal, is_projected_field_value, read_record, Entries, Field, Image, Op, Record, RowChange,
+    decode_payload, fields_equal, is_projected_field_value, read_record, read_record_ascii, Entries, Field, Image, Op,
+    Record, RowChange,
 };
 use crate::error::{Error, Result};
 use crate::jscompat::json::{number_value, Scalar};
@@ -157,10 +158,17 @@ pub fn process_rows(request: &ProcessRequest, rows: &[Row], templates: &[Templat
         if ts > batch.stats.max_source_ts_ms {
             batch.stats.max_source_ts_ms = ts;
         }
-        let text = decode_payload(&row.payload);
-        let change = match read_record(&text, capture_images) {
+        let text;
+        let record = match read_record_ascii(&row.payload, capture_images) {
+            Some(record) => record,
+            None => {
+                text = decode_payload(&row.payload);
+                read_record(&text, capture_images)
+            }
+        };
+        let change = match record {
             Record::Change(change) => change,
-            Record::NoChange if plan.complete && is_control_record(&text) => {
+            Record::NoChange if plan.complete && is_control_record(&decode_payload(&row.payload)) => {
                 batch.stats.control_records += 1.0;
                 continue;
             }
@@ -480,10 +488,10 @@ impl<'p> Batch<'p> {
         let h = &mut self.hasher;
         let after_args = compute_args(&ch.after, tpl);
         let before_args = compute_args(&ch.before, tpl);
-        let watch_after = after_args.as_ref().map(|a| h.watch(tpl.bits, a));
-        let watch_before = before_args.as_ref().map(|a| h.watch(tpl.bits, a));
-        let member_after = after_args.as_ref().map(|a| h.membership(tpl.bits, a));
-        let member_before = before_args.as_ref().map(|a| h.membership(tpl.bits, a));
+        let after_keys = after_args.as_ref().map(|a| h.watch_and_membership(tpl.bits, a));
+        let before_keys = before_args.as_ref().map(|a| h.watch_and_membership(tpl.bits, a));
+        let (watch_after, member_after) = (after_keys.map(|k| k.0), after_keys.map(|k| k.1));
+        let (watch_before, member_before) = (before_keys.map(|k| k.0), before_keys.map(|k| k.1));
         match ch.op {
             Op::Insert => {
                 watch.set_opt(watch_after);
