@@ -112,7 +112,11 @@ pub(crate) fn parse_request(request: Js) -> Result<ProcessRequest> {
 /// when a payload is not a Uint8Array (strings then take the slow path). `bytes` (a Uint8Array)
 /// holds all payloads back to back and `ends` (a Float64Array) where each one ends; past
 /// 256 MiB in all they are null and the payloads are read one by one.
-const PACK_ROWS: &str = r#"(function packRows(rows) {
+const PACK_ROWS: &str = r#"(function () {
+  // The payload buffer is reused across calls (Rust copies out of it before returning) up
+  // to 16 MiB; bigger batches get their own.
+  let scratch = new Uint8Array(0);
+  return function packRows(rows) {
   if (!Array.isArray(rows)) throw new TypeError("rows must be an array");
   const n = rows.length;
   const offsets = new BigInt64Array(n);
@@ -136,7 +140,11 @@ const PACK_ROWS: &str = r#"(function packRows(rows) {
     total += p.length;
   }
   if (total > 268435456) return [offsets, ts, payloads, null, null];
-  const bytes = new Uint8Array(total);
+  let bytes = scratch;
+  if (bytes.length < total) {
+    bytes = new Uint8Array(Math.max(total, Math.min(2 * bytes.length, 16777216)));
+    if (bytes.length <= 16777216) scratch = bytes;
+  }
   const ends = new Float64Array(n);
   let at = 0;
   for (let i = 0; i < n; i++) {
@@ -146,7 +154,8 @@ const PACK_ROWS: &str = r#"(function packRows(rows) {
     ends[i] = at;
   }
   return [offsets, ts, payloads, bytes, ends];
-})"#;
+  };
+})()"#;
 
 fn parse_rows(env: &Env, rows: Js) -> Result<Vec<Row>> {
     let packer = script_fn(env, PACK_ROWS).map_err(|e| Error::Internal(e.reason))?;
