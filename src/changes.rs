@@ -314,12 +314,21 @@ pub fn fields_equal(a: Field<'_>, b: Field<'_>) -> bool {
         (Field::Value(x), Field::Value(y)) => match (x, y) {
             (Scalar::Null, Scalar::Null) => true,
             (Scalar::Bool(p), Scalar::Bool(q)) => p == q,
-            (Scalar::Number(p), Scalar::Number(q)) => number_value(p) == number_value(q),
-            (Scalar::String(p), Scalar::String(q)) => p.decode() == q.decode(),
+            // The same text is the same number (JSON has no NaN); else compare the values.
+            (Scalar::Number(p), Scalar::Number(q)) => p == q || number_value(p) == number_value(q),
+            (Scalar::String(p), Scalar::String(q)) => {
+                (!p.escaped && !q.escaped && p.raw == q.raw) || p.decode() == q.decode()
+            }
             _ => false,
         },
         _ => false,
     }
+}
+
+/// Whether a JSON number token denotes a finite f64. Without an exponent, fewer than 309
+/// digits are always finite (below 1e308); anything else is parsed.
+fn is_finite_number(text: &str) -> bool {
+    (text.len() <= 300 && !text.bytes().any(|c| c == b'e' || c == b'E')) || number_value(text).is_finite()
 }
 
 /// Whether a field can yield a projected-field key: undefined, null, a string, a boolean or
@@ -328,7 +337,7 @@ pub fn is_projected_field_value(v: Field<'_>) -> bool {
     match v {
         Field::Undefined => true,
         Field::Value(Scalar::Null | Scalar::Bool(_) | Scalar::String(_)) => true,
-        Field::Value(Scalar::Number(n)) => number_value(n).is_finite(),
+        Field::Value(Scalar::Number(n)) => is_finite_number(n),
         Field::Value(Scalar::Object | Scalar::Array) => false,
     }
 }
@@ -424,6 +433,12 @@ mod tests {
         assert!(!fields_equal(Undefined, Value(Scalar::Null)));
         assert!(!fields_equal(Value(Scalar::Object), Value(Scalar::Object)));
         assert!(!is_projected_field_value(Value(Scalar::Number("1e400"))));
+        assert!(is_projected_field_value(Value(Scalar::Number("1e308"))));
+        let long = "9".repeat(400);
+        assert!(!is_projected_field_value(Value(Scalar::Number(&long))));
+        assert!(is_projected_field_value(Value(Scalar::Number(&long[..300]))));
+        assert!(fields_equal(Value(Scalar::Number("1e400")), Value(Scalar::Number("1E500"))));
+        assert!(!fields_equal(s("ab"), s("a")));
         assert!(is_projected_field_value(Undefined));
         assert!(!is_projected_field_value(Value(Scalar::Array)));
     }
