@@ -91,18 +91,23 @@ impl<'a> Image<'a> {
 
     /// `Object.keys(image)` with each key's (last) value: array indexes ascending first, then
     /// the other keys in first-appearance order (P7).
-    pub fn own_entries(&self) -> Vec<(Cow<'a, [u8]>, Scalar<'a>)> {
-        let Image::Object(members) = self else { return Vec::new() };
-        let mut out: Vec<(Cow<'a, [u8]>, Scalar<'a>)> = Vec::with_capacity(members.len());
+    pub fn own_entries(&self) -> Entries<'a> {
+        let Image::Object(members) = self else { return Entries::new() };
+        let mut out = Entries::with_capacity(members.len());
+        let mut any_index = false;
         for m in members {
             let name = m.name.decode();
             match out.iter_mut().find(|(n, _)| *n == name) {
                 Some(slot) => slot.1 = m.value,
-                None => out.push((name, m.value)),
+                None => {
+                    any_index = any_index || array_index(&name).is_some();
+                    out.push((name, m.value))
+                }
             }
         }
-        if out.iter().any(|(n, _)| array_index(n).is_some()) {
-            let (mut indexes, rest): (Vec<_>, Vec<_>) = out.into_iter().partition(|(n, _)| array_index(n).is_some());
+        if any_index {
+            let (mut indexes, rest): (Entries<'a>, Entries<'a>) =
+                out.into_iter().partition(|(n, _)| array_index(n).is_some());
             indexes.sort_by_key(|(n, _)| array_index(n));
             indexes.extend(rest);
             out = indexes;
@@ -110,6 +115,9 @@ impl<'a> Image<'a> {
         out
     }
 }
+
+/// An image's own entries (see [`Image::own_entries`]); inline for the usual handful.
+pub type Entries<'a> = smallvec::SmallVec<[(Cow<'a, [u8]>, Scalar<'a>); 8]>;
 
 /// The canonical change of one WAL row.
 #[derive(Debug, Clone, PartialEq)]
@@ -146,6 +154,17 @@ pub fn read_record(text: &str, capture_images: bool) -> Record<'_> {
     match read_top(&mut sc, capture_images) {
         Ok(r) => r,
         Err(SyntaxError) => Record::NotJson,
+    }
+}
+
+/// [`read_record`] on a raw payload that is all ASCII, without decoding it first (it would
+/// decode to itself). `None` when the payload holds a non-ASCII byte or is not JSON: then
+/// decode it ([`decode_payload`]) and read the text.
+pub fn read_record_ascii(payload: &[u8], capture_images: bool) -> Option<Record<'_>> {
+    let mut sc = Scanner::new(payload);
+    match read_top(&mut sc, capture_images) {
+        Ok(r) if !sc.saw_non_ascii() => Some(r),
+        _ => None,
     }
 }
 
@@ -295,12 +314,21 @@ pub fn fields_equal(a: Field<'_>, b: Field<'_>) -> bool {
         (Field::Value(x), Field::Value(y)) => match (x, y) {
             (Scalar::Null, Scalar::Null) => true,
             (Scalar::Bool(p), Scalar::Bool(q)) => p == q,
-            (Scalar::Number(p), Scalar::Number(q)) => number_value(p) == number_value(q),
-            (Scalar::String(p), Scalar::String(q)) => p.decode() == q.decode(),
+            // The same text is the same number (JSON has no NaN); else compare the values.
+            (Scalar::Number(p), Scalar::Number(q)) => p == q || number_value(p) == number_value(q),
+            (Scalar::String(p), Scalar::String(q)) => {
+                (!p.escaped && !q.escaped && p.raw == q.raw) || p.decode() == q.decode()
+            }
             _ => false,
         },
         _ => false,
     }
+}
+
+/// Whether a JSON number token denotes a finite f64. Without an exponent, fewer than 309
+/// digits are always finite (below 1e308); anything else is parsed.
+fn is_finite_number(text: &str) -> bool {
+    (text.len() <= 300 && !text.bytes().any(|c| c == b'e' || c == b'E')) || number_value(text).is_finite()
 }
 
 /// Whether a field can yield a projected-field key: undefined, null, a string, a boolean or
@@ -309,7 +337,7 @@ pub fn is_projected_field_value(v: Field<'_>) -> bool {
     match v {
         Field::Undefined => true,
         Field::Value(Scalar::Null | Scalar::Bool(_) | Scalar::String(_)) => true,
-        Field::Value(Scalar::Number(n)) => number_value(n).is_finite(),
+        Field::Value(Scalar::Number(n)) => is_finite_number(n),
         Field::Value(Scalar::Object | Scalar::Array) => false,
     }
 }
@@ -369,6 +397,23 @@ mod tests {
     }
 
     #[test]
+    fn ascii_payloads_read_raw_as_decoded() {
+        let ok = br#"{"type":"t","key":"k","headers":{"operation":"update"},"value":{"a":"x","b":[1,{"c":2}]},"old_value":{"a":"y"}}"#;
+        assert_eq!(read_record_ascii(ok, true), Some(read_record(&decode_payload(ok), true)));
+        let non_ascii: [&[u8]; 6] = [
+            "{\"type\":\"t\u{e9}\",\"key\":\"k\",\"headers\":{\"operation\":\"insert\"}}".as_bytes(),
+            b"{\"type\":\"t\xff\",\"key\":\"k\",\"headers\":{\"operation\":\"insert\"}}",
+            b"\xEF\xBB\xBF{\"type\":\"t\",\"key\":\"k\",\"headers\":{\"operation\":\"insert\"}}",
+            b"{\"type\":\"t\",\"key\":\"k\",\"headers\":{\"operation\":\"insert\"},\"value\":{\"a\":[\"\xc3\xa9\"]}}",
+            b"{\"a\":1}\xc2\xa0",
+            b"{not json",
+        ];
+        for p in non_ascii {
+            assert_eq!(read_record_ascii(p, true), None, "{p:?}");
+        }
+    }
+
+    #[test]
     fn own_entries_follow_js_key_order() {
         let t = r#"{"type":"t","key":"k","headers":{"operation":"insert"},"value":{"b":1,"2":2,"a":3,"1":4,"b":5}}"#;
         let Record::Change(c) = change(t) else { panic!() };
@@ -388,6 +433,12 @@ mod tests {
         assert!(!fields_equal(Undefined, Value(Scalar::Null)));
         assert!(!fields_equal(Value(Scalar::Object), Value(Scalar::Object)));
         assert!(!is_projected_field_value(Value(Scalar::Number("1e400"))));
+        assert!(is_projected_field_value(Value(Scalar::Number("1e308"))));
+        let long = "9".repeat(400);
+        assert!(!is_projected_field_value(Value(Scalar::Number(&long))));
+        assert!(is_projected_field_value(Value(Scalar::Number(&long[..300]))));
+        assert!(fields_equal(Value(Scalar::Number("1e400")), Value(Scalar::Number("1E500"))));
+        assert!(!fields_equal(s("ab"), s("a")));
         assert!(is_projected_field_value(Undefined));
         assert!(!is_projected_field_value(Value(Scalar::Array)));
     }

@@ -171,6 +171,12 @@ impl KeyHasher {
     pub fn projected<A: AsRef<[u8]>>(&mut self, tpl: u64, field: &[u8], args: &[A]) -> u64 {
         keyed_hash(&mut self.buf, b"fld", tpl, Some(field), args)
     }
+    /// The watch and membership keys of the same args: one buffer, two prefixes.
+    pub fn watch_and_membership<A: AsRef<[u8]>>(&mut self, tpl: u64, args: &[A]) -> (u64, u64) {
+        let watch = keyed_hash(&mut self.buf, b"key", tpl, None, args);
+        self.buf[..3].copy_from_slice(b"mem");
+        (watch, hash64(&self.buf))
+    }
 }
 
 /// `touchKeyIdFromRoutingKey` (K14): trim and lowercase; 16 hex chars give their low 32 bits,
@@ -333,6 +339,14 @@ mod tests {
         assert_eq!((hex16(m), key_id(m)), ("c59db0b894330496".to_string(), 2486371478));
         assert_eq!(touch_key_id_from_routing_key("  User:42 "), 4132429719);
         assert_eq!(touch_key_id_from_routing_key("0123456789abcdeg"), 2820782558);
+    }
+
+    #[test]
+    fn one_buffer_gives_both_keys() {
+        let mut h = KeyHasher::default();
+        for args in [&["42", "published"][..], &["\u{FFFD}x"], &["a\0b", "", "c"]] {
+            assert_eq!(h.watch_and_membership(7, args), (watch_key(7, args), membership_key(7, args)));
+        }
     }
 
     #[test]

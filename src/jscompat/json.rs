@@ -301,39 +301,38 @@ fn decode_escaped(raw: &[u8], out: &mut Vec<u8>) {
     }
 }
 
-/// Bytes that end a run of plain string content: `"`, `\\` and control characters.
-static SPECIAL: [bool; 256] = {
-    let mut t = [false; 256];
-    let mut i = 0;
-    while i < 0x20 {
-        t[i] = true;
-        i += 1;
-    }
-    t[b'"' as usize] = true;
-    t[b'\\' as usize] = true;
-    t
-};
-
-/// Whether any byte of `w` is `"`, `\\` or below 0x20 (SWAR).
+/// The bytes of `w` (little-endian) that end a run of plain string content — `"`, `\\` and
+/// control characters — plus those of `high`'s set bits (0x80 per byte to stop at non-ASCII
+/// bytes too), as the high bit of each flagged byte (SWAR). Bytes above the first flagged one
+/// may be flagged spuriously (borrows), so only the lowest flag is meaningful.
 #[inline]
-fn has_special_byte(w: u64) -> bool {
+fn special_mask(w: u64, high: u64) -> u64 {
     const LO: u64 = 0x0101_0101_0101_0101;
     const HI: u64 = 0x8080_8080_8080_8080;
     let zero = |x: u64| x.wrapping_sub(LO) & !x & HI;
     let below_space = w.wrapping_sub(LO * 0x20) & !w & HI;
-    (zero(w ^ (LO * b'"' as u64)) | zero(w ^ (LO * b'\\' as u64)) | below_space) != 0
+    zero(w ^ (LO * b'"' as u64)) | zero(w ^ (LO * b'\\' as u64)) | below_space | (w & high)
 }
 
-/// The JSON lexer over text that is valid UTF-8 (the decoded payload).
+/// The JSON lexer over text that is valid UTF-8 (the decoded payload), or over raw bytes:
+/// outside string tokens any non-ASCII byte is a syntax error, and inside them the scanner
+/// notes it ([`Scanner::saw_non_ascii`]), so a raw scan that succeeds without one read exactly
+/// what the decoded text would give.
 pub struct Scanner<'a> {
     b: &'a [u8],
     pos: usize,
     stack: Vec<u8>,
+    non_ascii: bool,
 }
 
 impl<'a> Scanner<'a> {
     pub fn new(text: &'a [u8]) -> Self {
-        Scanner { b: text, pos: 0, stack: Vec::new() }
+        Scanner { b: text, pos: 0, stack: Vec::new(), non_ascii: false }
+    }
+
+    /// Whether a string token read so far held a byte of 0x80 or above.
+    pub fn saw_non_ascii(&self) -> bool {
+        self.non_ascii
     }
 
     /// Skips JSON whitespace (space, tab, LF, CR only).
@@ -385,16 +384,26 @@ impl<'a> Scanner<'a> {
         let b = self.b;
         let mut i = self.pos;
         loop {
-            // Skip 8 plain bytes at a time (no quote, backslash or control character), then
-            // byte by byte up to the next special one.
-            while i + 8 <= b.len() {
-                let w = u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
-                if has_special_byte(w) {
+            // Find the next special byte 8 bytes at a time; the last word is padded with NULs,
+            // which stop the search at the end of the text.
+            let high = if self.non_ascii { 0 } else { 0x8080_8080_8080_8080 };
+            loop {
+                let w = match b.get(i..i + 8) {
+                    Some(word) => u64::from_le_bytes(word.try_into().unwrap_or([0; 8])),
+                    None => {
+                        let mut word = [0u8; 8];
+                        let rest = b.get(i..).unwrap_or_default();
+                        word[..rest.len()].copy_from_slice(rest);
+                        u64::from_le_bytes(word)
+                    }
+                };
+                let m = special_mask(w, high);
+                if m != 0 {
+                    i += (m.trailing_zeros() / 8) as usize;
                     break;
                 }
                 i += 8;
             }
-            i += b[i..].iter().position(|&c| SPECIAL[c as usize]).unwrap_or(b.len() - i);
             let Some(&c) = b.get(i) else { return Err(SyntaxError) };
             match c {
                 b'"' => break,
@@ -412,6 +421,10 @@ impl<'a> Scanner<'a> {
                     }
                 }
                 0..=0x1F => return Err(SyntaxError),
+                0x80.. => {
+                    self.non_ascii = true;
+                    i += 1;
+                }
                 _ => i += 1,
             }
         }

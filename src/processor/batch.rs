@@ -13,7 +13,8 @@ use smallvec::SmallVec;
 
 use super::{Granularity, Plan, ProcessRequest, ProcessResult, ProcessStats, Row, TemplateRow, Touch, TouchKind};
 use crate::changes::{
-    decode_payload, fields_equal, is_projected_field_value, read_record, Field, Image, Op, Record, RowChange,
+    decode_payload, fields_equal, is_projected_field_value, read_record, read_record_ascii, Entries, Field, Image, Op,
+    Record, RowChange,
 };
 use crate::error::{Error, Result};
 use crate::jscompat::json::{number_value, Scalar};
@@ -84,8 +85,8 @@ struct Coalescer {
     /// Entries closed by a new window, in emission order.
     flushed: Vec<Touch>,
     /// Sort scratch.
-    order: Vec<u32>,
-    order_tmp: Vec<u32>,
+    order: Vec<u64>,
+    order_tmp: Vec<u64>,
 }
 
 impl Coalescer {
@@ -107,7 +108,9 @@ struct Batch<'p> {
     plan: &'p Plan,
     templates: Vec<ActiveTemplate>,
     template_ids: Vec<String>,
-    entities: FxHashMap<Vec<u8>, EntityInfo>,
+    /// Entity name -> index into `infos` (and `entity_names`).
+    entities: FxHashMap<Vec<u8>, u32>,
+    infos: Vec<EntityInfo>,
     entity_names: Vec<JsString>,
     co: Coalescer,
     remaining: Option<f64>,
@@ -155,10 +158,17 @@ pub fn process_rows(request: &ProcessRequest, rows: &[Row], templates: &[Templat
         if ts > batch.stats.max_source_ts_ms {
             batch.stats.max_source_ts_ms = ts;
         }
-        let text = decode_payload(&row.payload);
-        let change = match read_record(&text, capture_images) {
+        let text;
+        let record = match read_record_ascii(&row.payload, capture_images) {
+            Some(record) => record,
+            None => {
+                text = decode_payload(&row.payload);
+                read_record(&text, capture_images)
+            }
+        };
+        let change = match record {
             Record::Change(change) => change,
-            Record::NoChange if plan.complete && is_control_record(&text) => {
+            Record::NoChange if plan.complete && is_control_record(&decode_payload(&row.payload)) => {
                 batch.stats.control_records += 1.0;
                 continue;
             }
@@ -175,7 +185,8 @@ pub fn process_rows(request: &ProcessRequest, rows: &[Row], templates: &[Templat
                 break;
             }
             let name = batch.entity_names[entity as usize].as_bytes().to_vec();
-            let tpls = batch.entities.get(&name).map(|e| e.templates.clone()).unwrap_or_default();
+            let tpls =
+                batch.entities.get(&name).map(|&e| batch.infos[e as usize].templates.clone()).unwrap_or_default();
             for t in tpls {
                 if batch.exhausted {
                     break;
@@ -206,6 +217,7 @@ impl<'p> Batch<'p> {
             templates: Vec::new(),
             template_ids: Vec::new(),
             entities: FxHashMap::default(),
+            infos: Vec::new(),
             entity_names: Vec::new(),
             co: COALESCER.with(|c| std::mem::take(&mut *c.borrow_mut())),
             remaining: plan.budget,
@@ -258,18 +270,25 @@ impl<'p> Batch<'p> {
     }
 
     fn entity(&mut self, name: &[u8]) -> &mut EntityInfo {
-        if !self.entities.contains_key(name) {
-            let index = self.entity_names.len() as u32;
-            self.entity_names.push(JsString::from_wtf8(name.to_vec()));
-            let info = EntityInfo {
-                index,
-                table_key_id: keys::key_id(keys::table_key(name)),
-                templates: Vec::new(),
-                cold: 0.0,
-            };
-            self.entities.insert(name.to_vec(), info);
+        let slot = self.entity_slot(name);
+        &mut self.infos[slot]
+    }
+
+    /// The index of an entity's [`EntityInfo`], created on first sight.
+    fn entity_slot(&mut self, name: &[u8]) -> usize {
+        if let Some(&i) = self.entities.get(name) {
+            return i as usize;
         }
-        self.entities.get_mut(name).unwrap_or_else(|| unreachable!())
+        let index = self.entity_names.len() as u32;
+        self.entity_names.push(JsString::from_wtf8(name.to_vec()));
+        self.infos.push(EntityInfo {
+            index,
+            table_key_id: keys::key_id(keys::table_key(name)),
+            templates: Vec::new(),
+            cold: 0.0,
+        });
+        self.entities.insert(name.to_vec(), index);
+        index as usize
     }
 
     /// P8 + P9: queue a touch, coalescing by routing key (or key id) within `window` ms of
@@ -338,7 +357,8 @@ impl<'p> Batch<'p> {
         template_only: &mut Vec<(u32, i64, f64)>,
     ) -> Result<()> {
         let plan = self.plan;
-        let info = self.entity(&ch.entity[..]);
+        let mut slot = self.entity_slot(&ch.entity[..]);
+        let info = &self.infos[slot];
         let (mut entity, table_key_id, mut cold) = (info.index, info.table_key_id, info.cold);
         let mut has_templates = !info.templates.is_empty();
         self.queue(
@@ -356,9 +376,9 @@ impl<'p> Batch<'p> {
         // Complete mode, B19: templates are declared with trimmed entities, so a change whose
         // `type` has surrounding spaces is matched (and table-touched) as the trimmed entity too.
         let trimmed = trim(&ch.entity[..]);
-        let lookup: &[u8] = if plan.complete { trimmed } else { &ch.entity[..] };
         if plan.complete && trimmed.len() != ch.entity.len() {
-            let info = self.entity(trimmed);
+            slot = self.entity_slot(trimmed);
+            let info = &self.infos[slot];
             (entity, cold, has_templates) = (info.index, info.cold, !info.templates.is_empty());
             let key_id = info.table_key_id;
             self.queue(
@@ -387,10 +407,9 @@ impl<'p> Batch<'p> {
             }
             return Ok(());
         }
-        let lookup = lookup.to_vec();
-        let tpls = std::mem::take(&mut self.entity(&lookup).templates);
+        let tpls = std::mem::take(&mut self.infos[slot].templates);
         let result = self.templates_for_change(ch, &tpls, entity, offset, ts);
-        self.entity(&lookup).templates = tpls;
+        self.infos[slot].templates = tpls;
         result
     }
 
@@ -469,10 +488,10 @@ impl<'p> Batch<'p> {
         let h = &mut self.hasher;
         let after_args = compute_args(&ch.after, tpl);
         let before_args = compute_args(&ch.before, tpl);
-        let watch_after = after_args.as_ref().map(|a| h.watch(tpl.bits, a));
-        let watch_before = before_args.as_ref().map(|a| h.watch(tpl.bits, a));
-        let member_after = after_args.as_ref().map(|a| h.membership(tpl.bits, a));
-        let member_before = before_args.as_ref().map(|a| h.membership(tpl.bits, a));
+        let after_keys = after_args.as_ref().map(|a| h.watch_and_membership(tpl.bits, a));
+        let before_keys = before_args.as_ref().map(|a| h.watch_and_membership(tpl.bits, a));
+        let (watch_after, member_after) = (after_keys.map(|k| k.0), after_keys.map(|k| k.1));
+        let (watch_before, member_before) = (before_keys.map(|k| k.0), before_keys.map(|k| k.1));
         match ch.op {
             Op::Insert => {
                 watch.set_opt(watch_after);
@@ -548,67 +567,81 @@ impl<'p> Batch<'p> {
     fn finish(mut self, stream: String, processed_through: i64) -> ProcessResult {
         let co = &mut self.co;
         let emitted = co.flushed.len() + co.pending.len();
-        let touch_at = |co: &Coalescer, i: u32| -> Touch {
+        let (flushed, pending) = (&co.flushed, &co.pending);
+        let at = |i: u32| -> Touch {
             let i = i as usize;
-            if i < co.flushed.len() {
-                co.flushed[i]
+            if i < flushed.len() {
+                flushed[i]
             } else {
-                co.pending[i - co.flushed.len()].touch
+                pending[i - flushed.len()].touch
             }
         };
-        // P11: a stable sort by keyId, then routing key ("" first), then watermark. A stable
-        // LSD radix sort on the key id keeps emission order among equal ids; runs of equal
-        // ids (rare) are then sorted stably by (routing key, watermark).
-        co.order.clear();
-        co.order.extend(0..emitted as u32);
+        // P11: a stable sort by keyId, then routing key ("" first), then watermark. Each
+        // touch is sorted as `key id << 32 | emission index`: a stable LSD radix sort on the
+        // key id (three 11-bit digits) over one flat array keeps emission order among equal
+        // ids; runs of equal ids (rare) are then sorted stably by (routing key, watermark).
+        let order = &mut co.order;
+        order.clear();
+        order.extend(
+            flushed
+                .iter()
+                .chain(pending.iter().map(|p| &p.touch))
+                .enumerate()
+                .map(|(i, t)| (u64::from(t.key_id) << 32) | i as u64),
+        );
         co.order_tmp.resize(emitted, 0);
-        let keys: Vec<u32> = (0..emitted as u32).map(|i| touch_at(co, i).key_id).collect();
-        for shift in [0u32, 8, 16, 24] {
-            let mut counts = [0usize; 257];
-            for &i in &co.order {
-                counts[((keys[i as usize] >> shift) & 0xFF) as usize + 1] += 1;
+        const DIGITS: [u32; 3] = [32, 43, 54];
+        let mut counts = [[0usize; 2049]; 3];
+        for &p in order.iter() {
+            for (d, shift) in DIGITS.iter().enumerate() {
+                counts[d][((p >> shift) & 0x7FF) as usize + 1] += 1;
             }
-            for b in 1..257 {
+        }
+        for (d, shift) in DIGITS.iter().enumerate() {
+            let counts = &mut counts[d];
+            if counts[1..].contains(&emitted) {
+                continue; // every touch has the same digit: this pass would not move anything
+            }
+            for b in 1..2049 {
                 counts[b] += counts[b - 1];
             }
-            for &i in &co.order {
-                let b = ((keys[i as usize] >> shift) & 0xFF) as usize;
-                co.order_tmp[counts[b]] = i;
+            for &p in order.iter() {
+                let b = ((p >> shift) & 0x7FF) as usize;
+                co.order_tmp[counts[b]] = p;
                 counts[b] += 1;
             }
-            std::mem::swap(&mut co.order, &mut co.order_tmp);
+            std::mem::swap(order, &mut co.order_tmp);
         }
         let mut start = 0;
         while start < emitted {
-            let k = keys[co.order[start] as usize];
+            let k = order[start] >> 32;
             let mut end = start + 1;
-            while end < emitted && keys[co.order[end] as usize] == k {
+            while end < emitted && order[end] >> 32 == k {
                 end += 1;
             }
             if end - start > 1 {
-                let (flushed, pending) = (&co.flushed, &co.pending);
-                let at = |i: u32| {
-                    let i = i as usize;
-                    if i < flushed.len() {
-                        flushed[i]
-                    } else {
-                        pending[i - flushed.len()].touch
-                    }
-                };
-                co.order[start..end].sort_by_key(|&i| {
-                    let t = at(i);
+                order[start..end].sort_by_key(|&p| {
+                    let t = at(p as u32);
                     (t.routing_key.is_some(), t.routing_key.unwrap_or(0), t.watermark)
                 });
             }
             start = end;
         }
-        let touches: Vec<Touch> = co.order.iter().map(|&i| touch_at(co, i)).collect();
+        let mut table_touches = 0usize;
+        let touches: Vec<Touch> = order
+            .iter()
+            .map(|&p| {
+                let t = at(p as u32);
+                table_touches += (t.kind == TouchKind::Table) as usize;
+                t
+            })
+            .collect();
         let mut co = std::mem::take(&mut self.co);
         co.clear();
         COALESCER.with(|c| *c.borrow_mut() = co);
         let mut stats = self.stats;
         stats.touches_emitted = touches.len() as f64;
-        stats.table_touches_emitted = touches.iter().filter(|t| t.kind == TouchKind::Table).count() as f64;
+        stats.table_touches_emitted = table_touches as f64;
         stats.template_touches_emitted = stats.touches_emitted - stats.table_touches_emitted;
         ProcessResult {
             stream,
@@ -692,20 +725,28 @@ fn encode_field<'a>(field: Field<'a>, enc: Encoding) -> Option<Cow<'a, [u8]>> {
 /// changed: its content is not compared, so it may fire without a change, but never stays
 /// silent when it did change.
 fn changed_projected_field_names<'a>(before: &Image<'a>, after: &Image<'a>, complete: bool) -> Vec<Cow<'a, [u8]>> {
-    let mut names: Vec<Cow<'a, [u8]>> = Vec::new();
-    for (name, _) in before.own_entries().into_iter().chain(after.own_entries()) {
-        if !names.contains(&name) {
-            names.push(name);
-        }
-    }
-    names.retain(|name| {
-        let b = before.get(name).unwrap_or(Field::Undefined);
-        let a = after.get(name).unwrap_or(Field::Undefined);
+    let (before, after) = (before.own_entries(), after.own_entries());
+    // `image[name]` from an image's own entries (names are unique there, values the last).
+    let field = |entries: &Entries<'a>, name: &[u8]| -> Field<'a> {
+        entries.iter().find(|(n, _)| **n == *name).map_or(Field::Undefined, |(_, v)| Field::Value(*v))
+    };
+    let changed = |b: Field<'a>, a: Field<'a>| -> bool {
         if complete && (is_structured(b) || is_structured(a)) {
             return true;
         }
         is_projected_field_value(b) && is_projected_field_value(a) && !fields_equal(b, a)
-    });
+    };
+    let mut names: Vec<Cow<'a, [u8]>> = Vec::new();
+    for (name, b) in &before {
+        if changed(Field::Value(*b), field(&after, name)) {
+            names.push(name.clone());
+        }
+    }
+    for (name, a) in &after {
+        if field(&before, name) == Field::Undefined && changed(Field::Undefined, Field::Value(*a)) {
+            names.push(name.clone());
+        }
+    }
     names
 }
 
