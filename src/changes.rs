@@ -6,6 +6,8 @@
 //!   would (any depth, without building a tree) and keeps only what touches depend on: the
 //!   entity, the operation and the top-level members of `value` / `old_value` (scalars, or
 //!   "an object/array" for nested containers, which never yield keys, B6).
+//!   [`read_record_ascii`] is the same reader on the raw payload bytes, for payloads that are
+//!   all ASCII (it gives up on any other, which is then decoded first).
 //! - [`derive_change`]: the same rules on an already parsed [`Value`].
 //!
 //! A record yields no change when it is not an object, `headers` is not an object,
