@@ -11,15 +11,10 @@ use std::time::Instant;
 
 use durable_touch::journal::{Journal, JournalOptions, Touch, TouchHit, WaitRequest, Waker};
 
-fn b5_options() -> JournalOptions {
-    JournalOptions {
-        bucket_ms: 100.0,
-        filter_pow2: 22.0,
-        k: 4.0,
-        pending_max_keys: 100_000.0,
-        key_index_max_keys: 32.0,
-        ..Default::default()
-    }
+/// The benchmarks' options (bucketMs 100, filterPow2 22, k 4, pendingMaxKeys 100,000,
+/// keyIndexMaxKeys 32) are the journal's defaults.
+fn bench_options() -> JournalOptions {
+    JournalOptions::default()
 }
 
 struct Count(Arc<AtomicUsize>);
@@ -63,7 +58,7 @@ fn main() {
     // B4 plain: 1,000,000 random key ids into a fresh journal, then a forced flush.
     let keys: Vec<u32> = (0..1_000_000).map(|_| (rnd() * 4294967296.0) as u32).collect();
     for run in 0..runs {
-        let j: Journal<Count> = Journal::with_waker(b5_options());
+        let j: Journal<Count> = Journal::with_waker(bench_options());
         let t0 = Instant::now();
         j.touch_many(keys.iter().map(|&k| Touch { key_id: k, source_offset: None, routing_key: None }));
         let touch = t0.elapsed();
@@ -82,15 +77,7 @@ fn main() {
         j.stop();
     }
     for run in 0..runs {
-        let options = JournalOptions {
-            bucket_ms: 100.0,
-            filter_pow2: 22.0,
-            k: 4.0,
-            pending_max_keys: 100_000.0,
-            key_index_max_keys: 32.0,
-            ..Default::default()
-        };
-        let j: Journal<Count> = Journal::with_waker(options);
+        let j: Journal<Count> = Journal::with_waker(bench_options());
         let woken = Arc::new(AtomicUsize::new(0));
         let g = j.generation();
         let t0 = Instant::now();
