@@ -50,6 +50,11 @@ pub struct GenerationBloom {
 /// Arrays at least this large are zeroed in the background.
 const BACKGROUND_BYTES: usize = 2 << 20;
 
+/// Past this many sparse writes (an eighth of the slots) the map costs more than the array.
+fn sparse_limit(mask: u32) -> usize {
+    (mask as usize + 1) / 8
+}
+
 enum Slots {
     /// Never touched (B14): every slot reads 0.
     Unallocated,
@@ -79,10 +84,9 @@ impl GenerationBloom {
     /// Bytes of the slot array: 0 until the first touch, the array's size from then on (also
     /// while it is being zeroed).
     pub fn allocated_bytes(&self) -> usize {
-        match &self.slots {
+        match self.slots {
             Slots::Unallocated => 0,
-            Slots::Arriving { .. } => self.slot_count() * 4,
-            Slots::Dense(s) => s.len() * 4,
+            Slots::Arriving { .. } | Slots::Dense(_) => self.slot_count() * 4,
         }
     }
 
@@ -115,7 +119,7 @@ impl GenerationBloom {
     /// map grows once rather than rehashing as it fills.
     pub fn reserve(&mut self, keys: usize) {
         if let Slots::Arriving { sparse, .. } = &mut self.slots {
-            let want = (sparse.len() + keys * self.k as usize).min((self.mask as usize + 1) / 8);
+            let want = (sparse.len() + keys * self.k as usize).min(sparse_limit(self.mask));
             sparse.reserve(want.saturating_sub(sparse.len()));
         }
     }
@@ -124,12 +128,10 @@ impl GenerationBloom {
     #[inline]
     pub fn mark(&mut self, key_id: u32, generation: u32) {
         let (k, mask) = (self.k, self.mask);
-        if let Slots::Unallocated = self.slots {
-            self.ensure_allocated();
-        }
+        self.ensure_allocated();
         if let Slots::Arriving { sparse, .. } = &self.slots {
             // Past an eighth of the slots the map costs more than the array: wait for it.
-            if sparse.len() >= (mask as usize + 1) / 8 {
+            if sparse.len() >= sparse_limit(mask) {
                 self.arrive(true);
             }
         }
