@@ -91,6 +91,42 @@ test("the native flush timer closes a bucket after coalesceMs (J6, J7)", async (
   assert.equal(j.getMeta().coalesceMs, 1);
 });
 
+test("one flush resolves its waiters in registration order; waiters woken by the same key share one hit", async () => {
+  const j = new TouchJournal();
+  const order = [];
+  const hits = [];
+  const waits = [];
+  for (let i = 0; i < 60; i++) {
+    // Keys interleave, so the waiters of one key are not registered together.
+    const key = 100 + (i % 3);
+    waits.push(
+      j.waitForAny({ keys: [key], afterGeneration: 0, timeoutMs: 5000 }).then((hit) => {
+        order.push(i);
+        hits[i] = hit;
+      })
+    );
+  }
+  j.touch(102);
+  j.touch(100);
+  j.touch(101);
+  j.flush();
+  await Promise.all(waits);
+  assert.deepEqual(order, [...Array(60).keys()], "resolved (and so observed) in registration order");
+  for (let i = 0; i < 60; i++) {
+    assert.equal(hits[i].keyId, 100 + (i % 3), `waiter ${i} names the key that woke it`);
+    assert.equal(hits[i], hits[i % 3], `waiter ${i} shares the hit of its key`);
+  }
+  assert.notEqual(hits[0], hits[1]);
+  // The next flush builds new hits.
+  const again = j.waitForAny({ keys: [100], timeoutMs: 5000 });
+  j.touch(100);
+  j.flush();
+  const h2 = await again;
+  assert.equal(h2.generation, 2);
+  assert.notEqual(h2, hits[0]);
+  j.stop();
+});
+
 test("hits carry the bucket's offsets and stamps; keyed hits name the first key touched (J9)", async () => {
   const j = new TouchJournal();
   const w = j.waitForAny({ keys: [7, 8], afterGeneration: 0, timeoutMs: 5000 });

@@ -33,18 +33,19 @@ struct JsWaiter {
 
 impl Waker for JsWaiter {
     fn wake(self, hit: Option<TouchHit>) {
-        let abort = self.abort;
-        let outcome = Box::new(move |env: &Env| {
+        let JsWaiter { ticket, abort } = self;
+        let outcome = move |env: &Env| {
             if let Some(hook) = abort {
                 hook.release(env);
             }
             hit_js(env, hit)
-        });
+        };
         // Woken by a call from JS (flush, stop, abort): resolve now, as the reference does
-        // inside the same call. Woken on the timer thread: through the port.
+        // inside the same call (no allocation per waiter). Woken on the timer thread: through
+        // the port.
         match JS_CALL.with(Cell::get) {
-            Some(env) => self.ticket.settle_now(&Env::from_raw(env), outcome),
-            None => self.ticket.settle(outcome),
+            Some(env) => ticket.settle_now(&Env::from_raw(env), outcome),
+            None => ticket.settle(Box::new(outcome)),
         }
     }
 }
@@ -308,18 +309,40 @@ fn raw_ok(status: sys::napi_status) -> JsResult<()> {
     }
 }
 
+/// Hit objects of the latest flush delivered on this JS thread, by hit.
+///
+/// Hits are frozen, and every waiter one flush wakes through the same key shares one object: a
+/// flush waking 10,000 waiters builds about as many objects as it touched keys. Waiters are
+/// delivered in registration order (not grouped by key), hence a map. It holds one flush at a
+/// time: a hit of another flush (or another env) empties it first, so it never outgrows the
+/// keys of one bucket, and at most [`HIT_CACHE_MAX`] of those.
+struct HitCache {
+    env: sys::napi_env,
+    /// The flush the cached hits belong to (its hit with key id 0).
+    flush: Option<TouchHit>,
+    refs: rustc_hash::FxHashMap<TouchHit, sys::napi_ref>,
+}
+
+const HIT_CACHE_MAX: usize = 65_536;
+
+impl HitCache {
+    fn clear(&mut self) {
+        for (_, r) in self.refs.drain() {
+            unsafe { sys::napi_delete_reference(self.env, r) };
+        }
+        self.flush = None;
+    }
+}
+
 thread_local! {
-    /// The hit object built last on this JS thread, for the next waiter woken by the same key in
-    /// the same flush.
-    static LAST_HIT: std::cell::RefCell<Option<(sys::napi_env, TouchHit, sys::napi_ref)>> =
-        const { std::cell::RefCell::new(None) };
+    static HITS: std::cell::RefCell<HitCache> = std::cell::RefCell::new(HitCache {
+        env: ptr::null_mut(),
+        flush: None,
+        refs: rustc_hash::FxHashMap::default(),
+    });
 }
 
 /// `{ generation, keyId, bucketMaxSourceOffsetSeq, flushAtMs, bucketStartMs }` or null.
-///
-/// Hits are frozen, and the waiters one flush wakes through the same key (they are settled one
-/// after another) share one object: a flush waking 10,000 waiters builds about as many objects
-/// as it touched keys, which is what keeps its wake latency low.
 fn hit_js(env: &Env, hit: Option<TouchHit>) -> JsResult<sys::napi_value> {
     let raw = env.raw();
     let Some(h) = hit else {
@@ -327,29 +350,35 @@ fn hit_js(env: &Env, hit: Option<TouchHit>) -> JsResult<sys::napi_value> {
         raw_ok(unsafe { sys::napi_get_null(raw, &mut v) })?;
         return Ok(v);
     };
-    let cached = LAST_HIT.with(|c| match &*c.borrow() {
-        Some((e, last, r)) if *e == raw && *last == h => {
-            let mut v = ptr::null_mut();
-            (unsafe { sys::napi_get_reference_value(raw, *r, &mut v) } == sys::Status::napi_ok && !v.is_null())
-                .then_some(v)
+    let flush = TouchHit { key_id: 0, ..h };
+    HITS.with(|cache| {
+        let mut c = cache.borrow_mut();
+        if c.env != raw || c.flush != Some(flush) || c.refs.len() >= HIT_CACHE_MAX {
+            if c.env == raw {
+                c.clear();
+            } else {
+                // Another env on this thread (a worker that ended, say): its references are not
+                // ours to delete.
+                c.refs.clear();
+            }
+            c.env = raw;
+            c.flush = Some(flush);
         }
-        _ => None,
-    });
-    if let Some(v) = cached {
-        return Ok(v);
-    }
-    let v = new_hit(raw, &h)?;
-    raw_ok(unsafe { sys::napi_object_freeze(raw, v) })?;
-    let mut r = ptr::null_mut();
-    raw_ok(unsafe { sys::napi_create_reference(raw, v, 1, &mut r) })?;
-    LAST_HIT.with(|c| {
-        if let Some((e, _, old)) = c.borrow_mut().replace((raw, h, r)) {
-            if e == raw {
-                unsafe { sys::napi_delete_reference(raw, old) };
+        if let Some(&r) = c.refs.get(&h) {
+            let mut v = ptr::null_mut();
+            if unsafe { sys::napi_get_reference_value(raw, r, &mut v) } == sys::Status::napi_ok && !v.is_null() {
+                return Ok(v);
             }
         }
-    });
-    Ok(v)
+        let v = new_hit(raw, &h)?;
+        raw_ok(unsafe { sys::napi_object_freeze(raw, v) })?;
+        let mut r = ptr::null_mut();
+        raw_ok(unsafe { sys::napi_create_reference(raw, v, 1, &mut r) })?;
+        if let Some(old) = c.refs.insert(h, r) {
+            unsafe { sys::napi_delete_reference(raw, old) };
+        }
+        Ok(v)
+    })
 }
 
 fn new_hit(raw: sys::napi_env, h: &TouchHit) -> JsResult<sys::napi_value> {
@@ -438,31 +467,47 @@ fn meta_js(m: JournalMeta) -> TouchJournalMeta {
 
 impl TouchJournal {
     fn parse_wait(&self, args: &Js) -> JsResult<(WaitRequest, Option<Js>)> {
-        if args.type_of() != sys::ValueType::napi_object || args.is_array() {
-            return Err(Error::invalid("args must be an object"));
+        check_wait_args(args)?;
+        let fields = [c"keys", c"exactKeys", c"afterGeneration", c"timeoutMs", c"signal"];
+        let mut values = [None; 5];
+        for (v, name) in values.iter_mut().zip(fields) {
+            *v = prop(args, name)?;
         }
-        let keys = match prop(args, c"keys")? {
-            Some(v) => key_ids(&v, "keys")?,
-            None => Vec::new(),
-        };
-        let exact_keys = match prop(args, c"exactKeys")? {
-            Some(v) => routing_keys(&v, "exactKeys")?,
-            None => Vec::new(),
-        };
-        let after_generation = match prop(args, c"afterGeneration")? {
-            Some(v) => Some(u32_value(&v, "afterGeneration")?),
-            None => None,
-        };
-        let timeout = prop(args, c"timeoutMs")?.ok_or_else(|| Error::invalid("timeoutMs is required"))?;
-        let mut ms = 0f64;
-        if unsafe { sys::napi_get_value_double(timeout.env, timeout.raw, &mut ms) } != sys::Status::napi_ok {
-            return Err(Error::invalid("timeoutMs must be a number"));
-        }
-        let timeout_ms = WaitRequest::timeout_from_number(ms)?;
-        let req = WaitRequest { keys, exact_keys, after_generation, timeout_ms };
-        req.validate()?;
-        Ok((req, prop(args, c"signal")?))
+        parse_wait_fields(values)
     }
+}
+
+fn check_wait_args(args: &Js) -> JsResult<()> {
+    if args.type_of() != sys::ValueType::napi_object || args.is_array() {
+        return Err(Error::invalid("args must be an object"));
+    }
+    Ok(())
+}
+
+/// The fields of `waitForAny`'s argument, each `None` when absent, undefined or null:
+/// `[keys, exactKeys, afterGeneration, timeoutMs, signal]`.
+fn parse_wait_fields([keys, exact, after, timeout, signal]: [Option<Js>; 5]) -> JsResult<(WaitRequest, Option<Js>)> {
+    let keys = match keys {
+        Some(v) => key_ids(&v, "keys")?,
+        None => Vec::new(),
+    };
+    let exact_keys = match exact {
+        Some(v) => routing_keys(&v, "exactKeys")?,
+        None => Vec::new(),
+    };
+    let after_generation = match after {
+        Some(v) => Some(u32_value(&v, "afterGeneration")?),
+        None => None,
+    };
+    let timeout = timeout.ok_or_else(|| Error::invalid("timeoutMs is required"))?;
+    let mut ms = 0f64;
+    if unsafe { sys::napi_get_value_double(timeout.env, timeout.raw, &mut ms) } != sys::Status::napi_ok {
+        return Err(Error::invalid("timeoutMs must be a number"));
+    }
+    let timeout_ms = WaitRequest::timeout_from_number(ms)?;
+    let req = WaitRequest { keys, exact_keys, after_generation, timeout_ms };
+    req.validate()?;
+    Ok((req, signal))
 }
 
 #[napi]
@@ -645,21 +690,32 @@ impl TouchJournal {
     /// or null on timeout, abort or `stop()`. Exactly once.
     #[napi(ts_args_type = "args: WaitForAnyArgs", ts_return_type = "Promise<TouchHit | null>")]
     pub fn wait_for_any<'env>(&self, env: &'env Env, args: Unknown) -> napi::Result<Unknown<'env>> {
+        let parsed = self.parse_wait(&Js::new(env, args.raw()));
+        self.wait_parsed(env, parsed)
+    }
+
+    fn wait_parsed<'env>(
+        &self,
+        env: &'env Env,
+        parsed: JsResult<(WaitRequest, Option<Js>)>,
+    ) -> napi::Result<Unknown<'env>> {
         let wrap = |v: sys::napi_value| Ok(unsafe { Unknown::from_raw_unchecked(env.raw(), v) });
-        let (req, signal) = match self.parse_wait(&Js::new(env, args.raw())) {
+        let (req, signal) = match parsed {
             Ok(v) => v,
             Err(e) => return wrap(Port::rejected(env, &e)?),
         };
         // The waiter owns its abort hook; the listener learns the waiter id once registered
-        // (no JS runs in between, so the signal cannot fire before).
-        let waiter_id: Rc<Cell<Option<WaiterId>>> = Rc::default();
+        // (no JS runs in between, so the signal cannot fire before). Without a signal nothing
+        // is allocated for it.
+        let mut waiter_id: Option<Rc<Cell<Option<WaiterId>>>> = None;
         let hook = match &signal {
             None => None,
             Some(sig) => match abort::is_aborted(sig) {
                 Err(e) => return wrap(Port::rejected(env, &e)?),
                 Ok(true) => return wrap(resolved_null(env)?),
                 Ok(false) => {
-                    let (id, journal) = (waiter_id.clone(), self.journal.downgrade());
+                    let id = waiter_id.insert(Rc::default()).clone();
+                    let journal = self.journal.downgrade();
                     let on_abort: abort::OnAbort = Box::new(move |env: &Env| {
                         if let (Some(id), Some(journal)) = (id.take(), journal.upgrade()) {
                             let _js = InJsCall::enter(env);
@@ -685,7 +741,11 @@ impl TouchJournal {
         let waiter = JsWaiter { ticket, abort: hook };
         let _js = InJsCall::enter(env); // an immediate null resolves now
         match self.journal.wait_for_any(req, waiter) {
-            Ok(Some(id)) => waiter_id.set(Some(id)),
+            Ok(Some(id)) => {
+                if let Some(cell) = waiter_id {
+                    cell.set(Some(id));
+                }
+            }
             Ok(None) => {}
             // Validated above; unreachable in practice.
             Err(e) => return Err(throw(env, e)),

@@ -192,7 +192,10 @@ impl Ticket {
 
     /// Settles the promise at once. Only on the JS thread, inside a call from JavaScript (for
     /// work finished synchronously there, such as a flush called from JS).
-    pub fn settle_now(mut self, env: &Env, outcome: Outcome) {
+    pub fn settle_now<F>(mut self, env: &Env, outcome: F)
+    where
+        F: FnOnce(&Env) -> Result<sys::napi_value, Error>,
+    {
         if let Some(d) = self.deferred.take() {
             let q = &self.shared.queue;
             if q.dead.load(Ordering::Acquire) {

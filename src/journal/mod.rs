@@ -74,7 +74,7 @@ use crate::error::Result;
 use crate::timer::{self, mono_now, TimerKey, TimerTarget};
 
 /// What a woken waiter receives (J9).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TouchHit {
     pub generation: u32,
     /// The touched key for a keyed waiter; 0 for exact, broad and broadcast wakes.
@@ -168,9 +168,11 @@ impl<W: Waker> WeakJournal<W> {
     }
 }
 
-/// Calls each callback outside any lock; a panicking callback does not stop the others.
-fn deliver<W: Waker>(out: Vec<Settlement<W>>) {
-    for (waker, hit) in out {
+/// Calls each callback outside any lock, in registration order; a panicking callback does not
+/// stop the others.
+fn deliver<W: Waker>(mut out: Vec<Settlement<W>>) {
+    waiters::sort_for_delivery(&mut out);
+    for Settlement { waker, hit, .. } in out {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || waker.wake(hit)));
     }
 }

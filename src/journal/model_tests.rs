@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use super::config::{JournalConfig, JournalOptions};
 use super::cursor::Epoch;
 use super::state::{JournalState, WaitRequest};
-use super::waiters::{Settlement, WaiterId};
+use super::waiters::{sort_for_delivery, Settlement, WaiterId};
 use super::TouchHit;
 
 struct Rng(u64);
@@ -188,8 +188,9 @@ impl Model {
 
     /// Delivers the settlements of the last step and returns them by waiter name.
     fn deliver(&mut self) -> Vec<(u64, Option<TouchHit>)> {
-        for (resolve, hit) in self.out.drain(..) {
-            resolve(hit);
+        sort_for_delivery(&mut self.out);
+        for s in self.out.drain(..) {
+            (s.waker)(s.hit);
         }
         let got: Vec<_> = std::mem::take(&mut *self.log.lock().unwrap());
         for (name, _) in &got {

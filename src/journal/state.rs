@@ -288,7 +288,7 @@ impl<W: Waker> JournalState<W> {
     ) -> Option<WaiterId> {
         let WaitRequest { mut keys, exact_keys: mut exact, after_generation, timeout_ms } = req;
         if (keys.is_empty() && exact.is_empty()) || timeout_ms == 0 {
-            out.push((resolve, None));
+            out.push(Settlement::immediate(resolve, None));
             return None;
         }
         keys.sort_unstable();
@@ -309,7 +309,7 @@ impl<W: Waker> JournalState<W> {
     pub fn cancel(&mut self, id: WaiterId, out: &mut Vec<Settlement<W>>) -> bool {
         match self.waiters.cancel(id) {
             Some(resolve) => {
-                out.push((resolve, None));
+                out.push(Settlement::immediate(resolve, None));
                 true
             }
             None => false,
@@ -449,8 +449,8 @@ mod tests {
     }
 
     fn deliver(out: &mut Vec<Settlement>) {
-        for (r, h) in out.drain(..) {
-            r(h);
+        for s in out.drain(..) {
+            (s.waker)(s.hit);
         }
     }
 

@@ -16,10 +16,12 @@
 //!
 //! A removed waiter hands back its [`Waker`], which the journal calls exactly once, after
 //! releasing its lock. The waker is stored inline in the slot (the JS binding's is a promise
-//! ticket), so parking a waiter allocates nothing but its key list.
+//! ticket), and so are up to four key ids, so parking a small waiter allocates nothing.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+
+use smallvec::SmallVec;
 
 use super::hash::IntMap;
 use super::TouchHit;
@@ -40,7 +42,34 @@ impl Waker for Resolve {
 }
 
 /// A resolution decided under the journal lock, to be delivered after it is released.
-pub type Settlement<W = Resolve> = (W, Option<TouchHit>);
+pub struct Settlement<W = Resolve> {
+    pub waker: W,
+    pub hit: Option<TouchHit>,
+    /// The waiter's registration order (its tag), so a flush can resolve the waiters it woke
+    /// in the order they were registered rather than by key: see [`sort_for_delivery`].
+    order: u32,
+}
+
+impl<W> Settlement<W> {
+    /// A resolution of a waiter that was never parked (resolved at registration or refused).
+    pub fn immediate(waker: W, hit: Option<TouchHit>) -> Self {
+        Settlement { waker, hit, order: u32::MAX }
+    }
+}
+
+/// Puts settlements into registration order before they are delivered.
+///
+/// A flush finds its waiters key by key, which scatters them over the registry: with 10,000 of
+/// 100,000 waiters woken, delivering in that order makes every resolution a cache (and TLB)
+/// miss on the waker and on whatever the waker resolves (a JS promise and its handle). Waiters
+/// registered one after another were allocated one after another, so registration order walks
+/// that memory forwards: in Node this cut the cost per resolved promise roughly by three. Which
+/// waiters are woken and with which hit is decided before (J9); only the delivery order changes.
+pub fn sort_for_delivery<W>(out: &mut [Settlement<W>]) {
+    if out.len() > 1 {
+        out.sort_unstable_by_key(|s| s.order);
+    }
+}
 
 const NONE: u32 = u32::MAX;
 
@@ -80,7 +109,9 @@ struct Waiter<W> {
     /// `data[..keys]` are the key ids; the rest are the exact keys as (low, high) u32 pairs.
     keys: u32,
     broad: bool,
-    data: Box<[u32]>,
+    /// Inline for up to four key ids and no exact key (most waits): parking such a waiter
+    /// allocates nothing, and waking it frees nothing.
+    data: SmallVec<[u32; 4]>,
     waker: W,
 }
 
@@ -213,7 +244,7 @@ impl<W: Waker> WaiterRegistry<W> {
         let id = WaiterId::new(slot, tag);
         let entry: Entry = id.0;
 
-        let mut data = Vec::with_capacity(spec.keys.len() + 2 * spec.exact.len());
+        let mut data = SmallVec::with_capacity(spec.keys.len() + 2 * spec.exact.len());
         data.extend_from_slice(&spec.keys);
         for &rk in &spec.exact {
             data.push(rk as u32);
@@ -223,7 +254,7 @@ impl<W: Waker> WaiterRegistry<W> {
             after_generation: spec.after_generation,
             keys: spec.keys.len() as u32,
             broad: spec.broad,
-            data: data.into_boxed_slice(),
+            data,
             waker,
         };
         if spec.broad {
@@ -305,7 +336,7 @@ impl<W: Waker> WaiterRegistry<W> {
             }
             let slot = entry_slot(e);
             if hit.generation > self.waiter(slot).after_generation {
-                out.push((self.remove(slot), Some(hit)));
+                out.push(self.settle(slot, Some(hit)));
                 woken += 1;
             } else {
                 list[kept] = e;
@@ -336,7 +367,7 @@ impl<W: Waker> WaiterRegistry<W> {
             let w = self.waiter(slot);
             let after = w.after_generation;
             if hit.generation > after && w.key_ids().iter().any(|&k| touched(k, after)) {
-                out.push((self.remove(slot), Some(hit)));
+                out.push(self.settle(slot, Some(hit)));
                 woken += 1;
             } else {
                 kept.push(e);
@@ -356,7 +387,7 @@ impl<W: Waker> WaiterRegistry<W> {
             let qualifies = matches!(&self.slots[slot as usize].waiter,
                 Some(w) if unconditional || hit.generation > w.after_generation);
             if qualifies {
-                out.push((self.remove(slot), Some(hit)));
+                out.push(self.settle(slot, Some(hit)));
                 woken += 1;
             }
         }
@@ -373,7 +404,7 @@ impl<W: Waker> WaiterRegistry<W> {
             }
             self.heap.pop();
             if is_live(&self.slots, WaiterId::new(slot, tag).0) {
-                out.push((self.remove(slot), None));
+                out.push(self.settle(slot, None));
                 expired += 1;
             }
         }
@@ -386,7 +417,7 @@ impl<W: Waker> WaiterRegistry<W> {
         let n = self.active;
         for s in self.slots.drain(..) {
             if let Some(w) = s.waiter {
-                out.push((w.waker, None));
+                out.push(Settlement { waker: w.waker, hit: None, order: s.tag });
             }
         }
         let next_tag = self.next_tag;
@@ -400,13 +431,24 @@ impl<W: Waker> WaiterRegistry<W> {
 
     /// Empties the slot; the waiter's index entries become stale.
     fn remove(&mut self, slot: u32) -> W {
+        self.take(slot).0
+    }
+
+    /// Empties the slot and hands back the waker with its registration's tag.
+    fn take(&mut self, slot: u32) -> (W, u32) {
         let s = &mut self.slots[slot as usize];
         let w = s.waiter.take().expect("removing a live waiter");
         s.next_free = self.free.unwrap_or(NONE);
         self.free = Some(slot);
         self.active -= 1;
         self.live_entries -= w.entries();
-        w.waker
+        (w.waker, s.tag)
+    }
+
+    /// Empties the slot into a settlement with `hit`.
+    fn settle(&mut self, slot: u32, hit: Option<TouchHit>) -> Settlement<W> {
+        let (waker, order) = self.take(slot);
+        Settlement { waker, hit, order }
     }
 
     /// Drops stale entries from every index.
@@ -536,8 +578,8 @@ mod tests {
     }
 
     fn deliver(out: Vec<Settlement>) {
-        for (r, h) in out {
-            r(h);
+        for s in out {
+            (s.waker)(s.hit);
         }
     }
 
@@ -564,6 +606,38 @@ mod tests {
         assert!(reg.is_empty());
         reg.check_invariants();
         assert_eq!(reg.next_deadline(), None);
+    }
+
+    #[test]
+    fn woken_waiters_are_delivered_in_registration_order_with_their_own_hits() {
+        let log: Log = Default::default();
+        let mut reg = WaiterRegistry::new();
+        // 100 waiters alternating over three keys; freeing and reusing slots on the way so that
+        // slot order differs from registration order.
+        let mut ids = Vec::new();
+        for name in 0..100u32 {
+            ids.push(reg.insert(spec(0, &[name % 3], &[], 1_000), resolve(&log, name)));
+            if name % 10 == 9 {
+                // Cancel an earlier one: its slot is reused by the next registration.
+                let victim = ids[(name - 5) as usize];
+                assert!(reg.cancel(victim).is_some());
+            }
+        }
+        let mut out = Vec::new();
+        // Found key by key (2, then 0, then 1) ...
+        for key in [2, 0, 1] {
+            reg.wake_key(key, hit(1, key), &mut out);
+        }
+        sort_for_delivery(&mut out);
+        deliver(out);
+        // ... delivered in registration order, each with the hit of the key that woke it (J9).
+        let got = log.lock().unwrap().clone();
+        let cancelled: Vec<u32> = (0..10).map(|i| i * 10 + 4).collect();
+        let expected: Vec<u32> = (0..100).filter(|n| !cancelled.contains(n)).collect();
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), expected);
+        for (name, h) in got {
+            assert_eq!(h, Some(hit(1, name % 3)), "waiter {name}");
+        }
     }
 
     #[test]
