@@ -1,0 +1,82 @@
+// How `waitForAny` reads its argument. The public method is a small JavaScript function installed
+// over the native one at load (it reads the fields in JIT-compiled code and hands them to the
+// native core with a per-journal handle); these tests pin that it behaves as the native method
+// did: each field read once, in order, the same checks and codes, any receiver shape.
+import assert from "node:assert/strict";
+import { test, dt, rejectsWithCode } from "./harness.mjs";
+
+const { TouchJournal } = dt;
+
+test("each field of the argument is read exactly once, in a fixed order", async () => {
+  const j = new TouchJournal();
+  const reads = [];
+  const args = {};
+  for (const [name, value] of [
+    ["keys", [5]],
+    ["exactKeys", null],
+    ["afterGeneration", 0],
+    ["timeoutMs", 5000],
+    ["signal", undefined],
+  ]) {
+    Object.defineProperty(args, name, {
+      get() {
+        reads.push(name);
+        return value;
+      },
+    });
+  }
+  const p = j.waitForAny(args);
+  assert.deepEqual(reads, ["keys", "exactKeys", "afterGeneration", "timeoutMs", "signal"]);
+  j.touch(5);
+  j.flush();
+  assert.equal((await p).keyId, 5);
+  j.stop();
+});
+
+test("a frozen journal, a subclass and a method taken off the prototype all wait", async () => {
+  const frozen = Object.freeze(new TouchJournal());
+  class Sub extends TouchJournal {}
+  const sub = new Sub();
+  const { waitForAny } = TouchJournal.prototype;
+  const plain = new TouchJournal();
+  const waits = [
+    frozen.waitForAny({ keys: [1], afterGeneration: 0, timeoutMs: 5000 }),
+    frozen.waitForAny({ keys: [1], afterGeneration: 0, timeoutMs: 5000 }),
+    sub.waitForAny({ keys: [1], afterGeneration: 0, timeoutMs: 5000 }),
+    waitForAny.call(plain, { keys: [1], afterGeneration: 0, timeoutMs: 5000 }),
+  ];
+  for (const j of [frozen, sub, plain]) {
+    j.touch(1);
+    j.flush();
+  }
+  for (const hit of await Promise.all(waits)) assert.equal(hit.keyId, 1);
+  // Each journal answers only for its own waiters.
+  const other = new TouchJournal();
+  const mine = plain.waitForAny({ keys: [2], timeoutMs: 50 });
+  other.touch(2);
+  other.flush();
+  assert.equal(await mine, null);
+  for (const j of [frozen, sub, plain, other]) j.stop();
+});
+
+test("a receiver that is not a TouchJournal throws; bad arguments reject with codes", async () => {
+  const { waitForAny } = TouchJournal.prototype;
+  for (const receiver of [undefined, null, {}, 7, new Map()]) {
+    assert.throws(() => waitForAny.call(receiver, { keys: [1], timeoutMs: 10 }), Error, String(receiver));
+  }
+  const j = new TouchJournal();
+  for (const bad of [undefined, null, 5, "x", [1, 2], () => {}]) {
+    await rejectsWithCode(j.waitForAny(bad), "ERR_INVALID_ARGUMENT");
+  }
+  await rejectsWithCode(j.waitForAny({ keys: [1] }), "ERR_INVALID_ARGUMENT"); // timeoutMs required
+  await rejectsWithCode(j.waitForAny({ keys: [-1], timeoutMs: 10 }), "ERR_INVALID_ARGUMENT");
+  await rejectsWithCode(j.waitForAny({ keys: "1", timeoutMs: 10 }), "ERR_INVALID_ARGUMENT");
+  await rejectsWithCode(j.waitForAny({ keys: [1], timeoutMs: 10, signal: {} }), "ERR_INVALID_ARGUMENT");
+  // The internal entry point refuses anything but a journal's own handle.
+  const internal = dt._waitForAny;
+  assert.equal(typeof internal, "function");
+  for (const handle of [{}, null, 1, j]) {
+    assert.throws(() => internal(handle, { keys: [1], timeoutMs: 10 }, [1], null, 0, 10, null), /wait handle/);
+  }
+  j.stop();
+});
