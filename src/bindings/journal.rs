@@ -482,50 +482,50 @@ fn wait_parsed<'env>(
     wrap(promise)
 }
 
-// ---- the fast `waitForAny`
+// ---- the JavaScript `waitForAny` and `touch`
 //
 // A `#[napi]` method pays ~0.3 µs per call in napi-rs's receiver checks (unwrapping `this`,
-// its type tag, the native-borrow registry) before any work, and reading the argument's five
+// its type tag, the native-borrow registry) before any work, and reading an argument object's
 // fields through N-API costs as much again: together about half of what registering a waiter
-// costs. So the public `waitForAny` is a small JavaScript function, installed on
-// `TouchJournal.prototype` when the module loads: it reads the fields in JIT-compiled code and
-// calls the plain function `_waitForAny(handle, args, ...fields)`, where `handle` is an external
-// made once per journal (kept on the instance under a private symbol). Same checks, same
-// errors, same promise as the native method, which stays as the fallback and the typed
-// declaration.
+// costs, and most of a single touch. So the public `waitForAny` and `touch` are small
+// JavaScript functions, installed on `TouchJournal.prototype` when the module loads: they read
+// the fields in JIT-compiled code and call plain functions (`_waitForAny`, `_touch`) with an
+// external handle made once per journal (kept on the instance under a private symbol). Same
+// checks, same errors, same results as the native methods, which stay as the fallback and the
+// typed declarations.
 
-/// What the JavaScript `waitForAny` holds per journal.
-struct WaitHandle {
+/// What the JavaScript methods hold per journal.
+struct JournalHandle {
     journal: JsJournal,
     port: Port,
 }
 
-/// Marks externals made by [`TouchJournal::wait_handle`], so `_waitForAny` never reads another
+/// Marks externals made by [`TouchJournal::handle`], so `_waitForAny` never reads another
 /// external as one of ours.
-const WAIT_HANDLE_TAG: sys::napi_type_tag =
+const HANDLE_TAG: sys::napi_type_tag =
     sys::napi_type_tag { lower: 0x6475_7261_626c_6574, upper: 0x7761_6974_6861_6e64 };
 
-unsafe extern "C" fn drop_wait_handle(_env: sys::napi_env, data: *mut std::ffi::c_void, _hint: *mut std::ffi::c_void) {
+unsafe extern "C" fn drop_handle(_env: sys::napi_env, data: *mut std::ffi::c_void, _hint: *mut std::ffi::c_void) {
     if !data.is_null() {
-        drop(unsafe { Box::from_raw(data.cast::<WaitHandle>()) });
+        drop(unsafe { Box::from_raw(data.cast::<JournalHandle>()) });
     }
 }
 
-/// The journal behind a handle from [`TouchJournal::wait_handle`].
-fn wait_handle_of<'a>(v: &Js) -> JsResult<&'a WaitHandle> {
+/// The journal behind a handle from [`TouchJournal::handle`].
+fn handle_of<'a>(v: &Js) -> JsResult<&'a JournalHandle> {
     let mut ours = false;
-    let st = unsafe { sys::napi_check_object_type_tag(v.env, v.raw, &WAIT_HANDLE_TAG, &mut ours) };
+    let st = unsafe { sys::napi_check_object_type_tag(v.env, v.raw, &HANDLE_TAG, &mut ours) };
     let mut data = ptr::null_mut();
     if st != sys::Status::napi_ok
         || !ours
         || unsafe { sys::napi_get_value_external(v.env, v.raw, &mut data) } != sys::Status::napi_ok
         || data.is_null()
     {
-        return Err(Error::invalid("not a TouchJournal wait handle"));
+        return Err(Error::invalid("not a TouchJournal handle"));
     }
-    // SAFETY: tagged externals hold a live `WaitHandle` until their finalizer runs, which cannot
+    // SAFETY: tagged externals hold a live `JournalHandle` until their finalizer runs, which cannot
     // happen while the value is on this call's stack.
-    Ok(unsafe { &*data.cast::<WaitHandle>() })
+    Ok(unsafe { &*data.cast::<JournalHandle>() })
 }
 
 /// `waitForAny` with the argument's fields read by the JavaScript caller.
@@ -541,7 +541,7 @@ pub fn wait_for_any_fields<'env>(
     timeout_ms: Unknown,
     signal: Unknown,
 ) -> napi::Result<Unknown<'env>> {
-    let h = wait_handle_of(&Js::new(env, handle.raw())).map_err(|e| throw(env, e))?;
+    let h = handle_of(&Js::new(env, handle.raw())).map_err(|e| throw(env, e))?;
     let field = |u: &Unknown| Some(Js::new(env, u.raw())).filter(|v| !v.is_nullish());
     let parsed = check_wait_args(&Js::new(env, args.raw())).and_then(|()| {
         parse_wait_fields([
@@ -555,29 +555,63 @@ pub fn wait_for_any_fields<'env>(
     wait_parsed(env, &h.journal, &h.port, parsed)
 }
 
-/// Installs the JavaScript `waitForAny` over the native method when the module loads.
+/// `touch` through a journal handle.
+#[napi(js_name = "_touch", skip_typescript)]
+pub fn touch_with_handle(
+    env: &Env,
+    handle: Unknown,
+    key_id: Unknown,
+    source_offset_seq: Unknown,
+    routing_key: Unknown,
+) -> napi::Result<()> {
+    let h = handle_of(&Js::new(env, handle.raw())).map_err(|e| throw(env, e))?;
+    touch_args(env, &h.journal, key_id, Some(source_offset_seq), Some(routing_key))
+}
+
+fn touch_args(
+    env: &Env,
+    journal: &JsJournal,
+    key_id: Unknown,
+    source_offset_seq: Option<Unknown>,
+    routing_key: Option<Unknown>,
+) -> napi::Result<()> {
+    let parsed = (|| {
+        let key = u32_value(&Js::new(env, key_id.raw()), "keyId")?;
+        let seq = opt_offset(arg(env, &source_offset_seq), "sourceOffsetSeq")?;
+        let rk = opt_routing_key(arg(env, &routing_key), "routingKey")?;
+        Ok((key, seq, rk))
+    })();
+    let (key, seq, rk) = parsed.map_err(|e| throw(env, e))?;
+    journal.touch(key, seq, rk);
+    Ok(())
+}
+
+/// Installs the JavaScript `waitForAny` and `touch` over the native methods when the module loads.
 #[napi(module_exports)]
-pub fn install_wait_for_any(exports: Object, env: Env) -> napi::Result<()> {
+pub fn install_js_methods(exports: Object, env: Env) -> napi::Result<()> {
     let env = &env;
-    const SOURCE: &str = r#"(function (proto, handleOf, wait) {
+    const SOURCE: &str = r#"(function (proto, handleOf, waitFast, touchFast) {
   "use strict";
-  const handle = Symbol("durable-touch.waitHandle");
-  Object.defineProperty(proto, "waitForAny", {
-    configurable: true,
-    writable: true,
-    enumerable: true,
-    value: function waitForAny(args) {
-      let h = this === null || this === undefined ? undefined : this[handle];
-      if (h === undefined) {
-        h = handleOf.call(this);
-        try {
-          Object.defineProperty(this, handle, { value: h });
-        } catch {}
-      }
-      if (typeof args !== "object" || args === null) return wait(h, args);
-      return wait(h, args, args.keys, args.exactKeys, args.afterGeneration, args.timeoutMs, args.signal);
-    },
-  });
+  const handle = Symbol("durable-touch.journalHandle");
+  function handleFor(journal) {
+    let h = journal === null || journal === undefined ? undefined : journal[handle];
+    if (h === undefined) {
+      h = handleOf.call(journal);
+      try {
+        Object.defineProperty(journal, handle, { value: h });
+      } catch {}
+    }
+    return h;
+  }
+  const method = (value) => ({ configurable: true, writable: true, enumerable: true, value });
+  Object.defineProperty(proto, "waitForAny", method(function waitForAny(args) {
+    const h = handleFor(this);
+    if (typeof args !== "object" || args === null) return waitFast(h, args);
+    return waitFast(h, args, args.keys, args.exactKeys, args.afterGeneration, args.timeoutMs, args.signal);
+  }));
+  Object.defineProperty(proto, "touch", method(function touch(keyId, sourceOffsetSeq, routingKey) {
+    touchFast(handleFor(this), keyId, sourceOffsetSeq, routingKey);
+  }));
 })"#;
     let exports = Js::new(env, exports.raw());
     let get = |obj: &Js, name: &str| -> napi::Result<Js> {
@@ -588,10 +622,12 @@ pub fn install_wait_for_any(exports: Object, env: Env) -> napi::Result<()> {
     };
     let class = get(&exports, "TouchJournal")?;
     let proto = get(&class, "prototype")?;
-    let handle_of = get(&proto, "_waitHandle")?;
+    let handle_of = get(&proto, "_handle")?;
     let wait = get(&exports, "_waitForAny")?;
+    let touch = get(&exports, "_touch")?;
     let install = super::js::script_fn(env, SOURCE)?;
-    super::js::call(env, install, &[proto.raw, handle_of.raw, wait.raw]).map_err(napi::Error::from_reason)?;
+    super::js::call(env, install, &[proto.raw, handle_of.raw, wait.raw, touch.raw])
+        .map_err(napi::Error::from_reason)?;
     Ok(())
 }
 
@@ -713,15 +749,7 @@ impl TouchJournal {
         source_offset_seq: Option<Unknown>,
         routing_key: Option<Unknown>,
     ) -> napi::Result<()> {
-        let parsed = (|| {
-            let key = u32_value(&Js::new(env, key_id.raw()), "keyId")?;
-            let seq = opt_offset(arg(env, &source_offset_seq), "sourceOffsetSeq")?;
-            let rk = opt_routing_key(arg(env, &routing_key), "routingKey")?;
-            Ok((key, seq, rk))
-        })();
-        let (key, seq, rk) = parsed.map_err(|e| throw(env, e))?;
-        self.journal.touch(key, seq, rk);
-        Ok(())
+        touch_args(env, &self.journal, key_id, source_offset_seq, routing_key)
     }
 
     /// Many touches in one call: `keyIds[i]` with `sourceOffsetSeqs[i]` and `routingKeys[i]`
@@ -867,22 +895,21 @@ impl TouchJournal {
         wait_parsed(env, &self.journal, &self.port, parsed)
     }
 
-    /// The handle the JavaScript `waitForAny` passes to `_waitForAny` (see
-    /// [`install_wait_for_any`]).
-    #[napi(js_name = "_waitHandle", skip_typescript)]
-    pub fn wait_handle<'env>(&self, env: &'env Env) -> napi::Result<Unknown<'env>> {
-        let handle = Box::new(WaitHandle { journal: self.journal.clone(), port: self.port.clone() });
+    /// The handle the JavaScript `waitForAny` and `touch` pass to the plain functions (see
+    /// [`install_js_methods`]).
+    #[napi(js_name = "_handle", skip_typescript)]
+    pub fn handle<'env>(&self, env: &'env Env) -> napi::Result<Unknown<'env>> {
+        let handle = Box::new(JournalHandle { journal: self.journal.clone(), port: self.port.clone() });
         let raw = env.raw();
         let data = Box::into_raw(handle);
         let mut v = ptr::null_mut();
-        let st =
-            unsafe { sys::napi_create_external(raw, data.cast(), Some(drop_wait_handle), ptr::null_mut(), &mut v) };
+        let st = unsafe { sys::napi_create_external(raw, data.cast(), Some(drop_handle), ptr::null_mut(), &mut v) };
         if st != sys::Status::napi_ok {
             drop(unsafe { Box::from_raw(data) });
-            return Err(napi::Error::from_reason("cannot create the wait handle"));
+            return Err(napi::Error::from_reason("cannot create the journal handle"));
         }
-        if unsafe { sys::napi_type_tag_object(raw, v, &WAIT_HANDLE_TAG) } != sys::Status::napi_ok {
-            return Err(napi::Error::from_reason("cannot tag the wait handle"));
+        if unsafe { sys::napi_type_tag_object(raw, v, &HANDLE_TAG) } != sys::Status::napi_ok {
+            return Err(napi::Error::from_reason("cannot tag the journal handle"));
         }
         Ok(unsafe { Unknown::from_raw_unchecked(raw, v) })
     }

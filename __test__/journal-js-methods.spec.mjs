@@ -1,7 +1,7 @@
-// How `waitForAny` reads its argument. The public method is a small JavaScript function installed
-// over the native one at load (it reads the fields in JIT-compiled code and hands them to the
-// native core with a per-journal handle); these tests pin that it behaves as the native method
-// did: each field read once, in order, the same checks and codes, any receiver shape.
+// `waitForAny` and `touch` are small JavaScript functions installed over the native methods at
+// load (they read the arguments in JIT-compiled code and hand them to the native core with a
+// per-journal handle); these tests pin that they behave as the native methods did: each field
+// read once, in order, the same checks and codes, any receiver shape.
 import assert from "node:assert/strict";
 import { test, dt, rejectsWithCode } from "./harness.mjs";
 
@@ -76,7 +76,34 @@ test("a receiver that is not a TouchJournal throws; bad arguments reject with co
   const internal = dt._waitForAny;
   assert.equal(typeof internal, "function");
   for (const handle of [{}, null, 1, j]) {
-    assert.throws(() => internal(handle, { keys: [1], timeoutMs: 10 }, [1], null, 0, 10, null), /wait handle/);
+    assert.throws(() => internal(handle, { keys: [1], timeoutMs: 10 }, [1], null, 0, 10, null), /TouchJournal handle/);
+    assert.throws(() => dt._touch(handle, 1), /TouchJournal handle/);
   }
+  j.stop();
+});
+
+test("touch checks its arguments as before and feeds the journal it is called on", async () => {
+  const j = Object.freeze(new TouchJournal());
+  const throwsCode = (f, code) =>
+    assert.throws(f, (e) => e.code === code, `expected ${code}`);
+  throwsCode(() => j.touch(-1), "ERR_INVALID_ARGUMENT");
+  throwsCode(() => j.touch(1.5), "ERR_INVALID_ARGUMENT");
+  throwsCode(() => j.touch("1"), "ERR_INVALID_ARGUMENT");
+  throwsCode(() => j.touch(1, 5), "ERR_INVALID_ARGUMENT"); // offsets are bigint
+  throwsCode(() => j.touch(1, 5n, 7), "ERR_INVALID_ARGUMENT");
+  assert.throws(() => TouchJournal.prototype.touch.call({}, 1));
+  assert.equal(j.getMeta().pendingKeys, 0, "refused touches add nothing");
+  const w = j.waitForAny({ keys: [9], afterGeneration: 0, timeoutMs: 5000 });
+  const exact = j.waitForAny({ keys: [], exactKeys: ["00000000000000aa"], afterGeneration: 0, timeoutMs: 5000 });
+  j.touch(9, 41n, "00000000000000AA");
+  j.touch(10); // optional arguments may be left out
+  j.touch(11, undefined, null);
+  assert.equal(j.getMeta().pendingKeys, 3);
+  j.flush();
+  const [hit, exactHit] = await Promise.all([w, exact]);
+  assert.equal(hit.keyId, 9);
+  assert.equal(hit.bucketMaxSourceOffsetSeq, 41n);
+  assert.equal(exactHit.keyId, 0, "exact waiters are woken by the routing key (J9)");
+  assert.equal(j.getLastFlushedSourceOffsetSeq(), 41n);
   j.stop();
 });
