@@ -370,8 +370,7 @@ fn hit_js(env: &Env, hit: Option<TouchHit>) -> JsResult<sys::napi_value> {
                 return Ok(v);
             }
         }
-        let v = new_hit(raw, &h)?;
-        raw_ok(unsafe { sys::napi_object_freeze(raw, v) })?;
+        let v = new_hit(env, &h)?;
         let mut r = ptr::null_mut();
         raw_ok(unsafe { sys::napi_create_reference(raw, v, 1, &mut r) })?;
         if let Some(old) = c.refs.insert(h, r) {
@@ -381,8 +380,11 @@ fn hit_js(env: &Env, hit: Option<TouchHit>) -> JsResult<sys::napi_value> {
     })
 }
 
-fn new_hit(raw: sys::napi_env, h: &TouchHit) -> JsResult<sys::napi_value> {
-    let mut v = ptr::null_mut();
+/// A new frozen hit object, built by a small JS function: one call instead of an object, five
+/// interned property names and a freeze through N-API.
+fn new_hit(env: &Env, h: &TouchHit) -> JsResult<sys::napi_value> {
+    const MAKE_HIT: &str = "(function (generation, keyId, bucketMaxSourceOffsetSeq, flushAtMs, bucketStartMs) {\n  \"use strict\";\n  return Object.freeze({ generation, keyId, bucketMaxSourceOffsetSeq, flushAtMs, bucketStartMs });\n})";
+    let raw = env.raw();
     let mut values = [ptr::null_mut(); 5];
     unsafe {
         raw_ok(sys::napi_create_uint32(raw, h.generation, &mut values[0]))?;
@@ -391,22 +393,8 @@ fn new_hit(raw: sys::napi_env, h: &TouchHit) -> JsResult<sys::napi_value> {
         raw_ok(sys::napi_create_double(raw, h.flush_at_ms as f64, &mut values[3]))?;
         raw_ok(sys::napi_create_double(raw, h.bucket_start_ms as f64, &mut values[4]))?;
     }
-    let keys = [c"generation", c"keyId", c"bucketMaxSourceOffsetSeq", c"flushAtMs", c"bucketStartMs"];
-    let attributes =
-        sys::PropertyAttributes::writable | sys::PropertyAttributes::enumerable | sys::PropertyAttributes::configurable;
-    let descriptors: [sys::napi_property_descriptor; 5] = std::array::from_fn(|i| sys::napi_property_descriptor {
-        utf8name: keys[i].as_ptr(),
-        name: ptr::null_mut(),
-        method: None,
-        getter: None,
-        setter: None,
-        value: values[i],
-        attributes,
-        data: ptr::null_mut(),
-    });
-    raw_ok(unsafe { sys::napi_create_object(raw, &mut v) })?;
-    raw_ok(unsafe { sys::napi_define_properties(raw, v, descriptors.len(), descriptors.as_ptr()) })?;
-    Ok(v)
+    let make = super::js::script_fn(env, MAKE_HIT).map_err(|e| Error::Internal(e.reason.clone()))?;
+    super::js::call(env, make, &values).map_err(Error::Internal)
 }
 
 /// A promise already resolved with `null`.
