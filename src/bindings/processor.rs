@@ -107,6 +107,38 @@ pub(crate) fn parse_request(request: Js) -> Result<ProcessRequest> {
     Ok(req)
 }
 
+/// How a batch result carries its touches: `touches` objects (the reference's shape, the
+/// default) or `packed` typed arrays ([`packed_result_js`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Output {
+    #[default]
+    Objects,
+    Packed,
+}
+
+/// `request.output`: absent, null, `"objects"` or `"packed"`; anything else is rejected (the
+/// field is ours, so a typo should not silently fall back to objects).
+pub(crate) fn parse_output(request: &Js) -> Result<Output> {
+    let r = request.object("request")?;
+    match r.opt("output")? {
+        None => Ok(Output::Objects),
+        Some(v) if v.type_of() == sys::ValueType::napi_string => match v.string("request.output")?.as_str() {
+            "objects" => Ok(Output::Objects),
+            "packed" => Ok(Output::Packed),
+            _ => Err(Error::invalid("request.output must be \"objects\" or \"packed\"")),
+        },
+        Some(_) => Err(Error::invalid("request.output must be \"objects\" or \"packed\"")),
+    }
+}
+
+/// Converts a batch result to JS in the requested form.
+pub(crate) fn output_js(output: Output) -> impl FnOnce(&Env, ProcessResult) -> napi::Result<sys::napi_value> {
+    move |env, r| match output {
+        Output::Objects => result_js(env, r),
+        Output::Packed => packed_result_js(env, r),
+    }
+}
+
 /// Reads `rows` in JS (one pass of JIT code instead of several N-API calls per row): returns
 /// `[offsets: BigInt64Array, tsMs: Float64Array, payloads: Uint8Array[], bytes, ends]`, or null
 /// when a payload is not a Uint8Array (strings then take the slow path). `bytes` (a Uint8Array)
@@ -248,9 +280,14 @@ fn parse_templates(templates: Option<Js>) -> Result<Vec<TemplateRow>> {
 /// off the JS thread. Resolves `{ stream, processedThrough, touches, stats }` exactly as the
 /// reference worker replies; rejects with `ERR_TOUCH_NOT_ENABLED`, `ERR_PROCESSING`
 /// (`onMissingBefore: "error"`) or `ERR_INVALID_ARGUMENT`.
+///
+/// With `request.output: "packed"` it resolves `{ stream, processedThrough, packed, stats }`
+/// instead: the same touches in the same order as typed arrays (`PackedTouches`), with no
+/// object per touch. `unpackTouches` (`durable-touch/packed`) rebuilds the objects.
 #[napi(
-    ts_args_type = "rows: Array<{ offset: bigint | number; tsMs: number; payload: Buffer | Uint8Array | string }>, request: ProcessRequest, templates?: Array<ActiveTemplate> | undefined | null",
-    ts_return_type = "Promise<ProcessResult>"
+    ts_generic_types = "R extends ProcessRequest = ProcessRequest",
+    ts_args_type = "rows: Array<{ offset: bigint | number; tsMs: number; payload: Buffer | Uint8Array | string }>, request: R, templates?: Array<ActiveTemplate> | undefined | null",
+    ts_return_type = "Promise<R extends { output: 'packed' } ? PackedProcessResult : ProcessResult>"
 )]
 pub fn process_rows<'env>(
     env: &'env Env,
@@ -260,16 +297,17 @@ pub fn process_rows<'env>(
 ) -> napi::Result<Unknown<'env>> {
     let parsed = (|| {
         let req = parse_request(Js::new(env, request.raw()))?;
+        let output = parse_output(&Js::new(env, request.raw()))?;
         let rows = parse_rows(env, Js::new(env, rows.raw()))?;
         let templates = parse_templates(templates.as_ref().map(|t| Js::new(env, t.raw())))?;
-        Ok((req, rows, templates))
+        Ok((req, output, rows, templates))
     })();
-    let (req, rows, templates) = match parsed {
+    let (req, output, rows, templates) = match parsed {
         Ok(v) => v,
         Err(e) => return Ok(unknown(env, Port::rejected(env, &e)?)),
     };
     let (ticket, promise) = port(env)?.promise(env)?;
-    pool::process(req, rows, templates, Box::new(move |r| ticket.settle_with(r, result_js)));
+    pool::process(req, rows, templates, Box::new(move |r| ticket.settle_with(r, output_js(output))));
     Ok(unknown(env, promise))
 }
 
@@ -375,7 +413,17 @@ pub fn result_js(env: &Env, r: ProcessResult) -> napi::Result<sys::napi_value> {
     let out = Out::new(env);
     let touches = touches_js(env, &r)?;
 
-    let s = &r.stats;
+    let stats = stats_js(&out, &r.stats)?;
+
+    let result = out.object()?;
+    out.set(result, "stream", out.str(&r.stream)?)?;
+    out.set(result, "processedThrough", out.bigint(r.processed_through)?)?;
+    out.set(result, "touches", touches)?;
+    out.set(result, "stats", stats)?;
+    Ok(result)
+}
+
+fn stats_js(out: &Out, s: &crate::processor::ProcessStats) -> napi::Result<sys::napi_value> {
     let stats = out.object()?;
     for (name, v) in [
         ("rowsRead", s.rows_read),
@@ -391,12 +439,53 @@ pub fn result_js(env: &Env, r: ProcessResult) -> napi::Result<sys::napi_value> {
     }
     out.set(stats, "fineTouchesSuppressedDueToBudget", out.bool(s.fine_touches_suppressed_due_to_budget)?)?;
     out.set(stats, "fineTouchesSkippedColdTemplate", out.num(s.fine_touches_skipped_cold_template)?)?;
+    Ok(stats)
+}
+
+/// Builds `{ stream, processedThrough, packed, stats }` (see `PackedTouches`): a handful of
+/// copied typed arrays and two small string tables, whatever the number of touches.
+pub fn packed_result_js(env: &Env, r: ProcessResult) -> napi::Result<sys::napi_value> {
+    let out = Out::new(env);
+    let n = r.touches.len();
+    let mut key_ids = Vec::with_capacity(n * 4);
+    let mut watermarks = Vec::with_capacity(n * 8);
+    let mut routing = Vec::with_capacity(n * 8);
+    let mut has_routing = Vec::with_capacity(n);
+    let mut kinds = Vec::with_capacity(n);
+    let mut ent_idx = Vec::with_capacity(n * 4);
+    let mut tpl_idx = Vec::with_capacity(n * 4);
+    for t in &r.touches {
+        key_ids.extend_from_slice(&t.key_id.to_ne_bytes());
+        watermarks.extend_from_slice(&t.watermark.to_ne_bytes());
+        routing.extend_from_slice(&t.routing_key.unwrap_or(0).to_ne_bytes());
+        has_routing.push(t.routing_key.is_some() as u8);
+        kinds.push(match t.kind {
+            TouchKind::Table => 0,
+            TouchKind::Template => 1,
+        });
+        ent_idx.extend_from_slice(&t.entity.to_ne_bytes());
+        tpl_idx.extend_from_slice(&t.template.unwrap_or(u32::MAX).to_ne_bytes());
+    }
+    use sys::TypedarrayType as T;
+    let packed = out.object()?;
+    out.set(packed, "count", out.num(n as f64)?)?;
+    out.set(packed, "keyIds", out.typed_array(T::uint32_array, n, &key_ids)?)?;
+    out.set(packed, "watermarks", out.typed_array(T::bigint64_array, n, &watermarks)?)?;
+    out.set(packed, "routingKeys", out.typed_array(T::biguint64_array, n, &routing)?)?;
+    out.set(packed, "hasRoutingKey", out.typed_array(T::uint8_array, n, &has_routing)?)?;
+    out.set(packed, "kinds", out.typed_array(T::uint8_array, n, &kinds)?)?;
+    let ent = r.entities.iter().map(|e| out.js_str(e.as_bytes())).collect::<napi::Result<Vec<_>>>()?;
+    out.set(packed, "entities", out.array(ent)?)?;
+    out.set(packed, "entityIndex", out.typed_array(T::uint32_array, n, &ent_idx)?)?;
+    let tpl = r.template_ids.iter().map(|t| out.str(t)).collect::<napi::Result<Vec<_>>>()?;
+    out.set(packed, "templateIds", out.array(tpl)?)?;
+    out.set(packed, "templateIndex", out.typed_array(T::uint32_array, n, &tpl_idx)?)?;
 
     let result = out.object()?;
     out.set(result, "stream", out.str(&r.stream)?)?;
     out.set(result, "processedThrough", out.bigint(r.processed_through)?)?;
-    out.set(result, "touches", touches)?;
-    out.set(result, "stats", stats)?;
+    out.set(result, "packed", packed)?;
+    out.set(result, "stats", stats_js(&out, &r.stats)?)?;
     Ok(result)
 }
 
@@ -455,11 +544,24 @@ pub struct ProcessRequestJs {
     pub filter_hot_templates: Option<bool>,
     #[napi(ts_type = "string[] | null")]
     pub hot_template_ids: Option<Vec<String>>,
+    /// Ours (not the reference's): `"packed"` resolves a `PackedProcessResult` (touches as
+    /// typed arrays) instead of touch objects; absent, null or `"objects"` keeps the default.
+    #[napi(ts_type = "'objects' | 'packed' | null")]
+    pub output: Option<String>,
 }
 
 // Silence "unused" for the typing-only structs.
 #[allow(dead_code)]
-fn _typing_only(_: ProcessRequestJs, _: ActiveTemplate, _: TouchRow, _: ProcessStatsJs, _: ProcessResultJs) {}
+fn _typing_only(
+    _: ProcessRequestJs,
+    _: ActiveTemplate,
+    _: TouchRow,
+    _: ProcessStatsJs,
+    _: ProcessResultJs,
+    _: PackedTouches,
+    _: PackedProcessResult,
+) {
+}
 
 /// An active template of the stream (a `live_templates` row with its JSON columns read).
 #[napi(object, object_to_js = false)]
@@ -506,6 +608,43 @@ pub struct ProcessResultJs {
     pub stream: String,
     pub processed_through: i64n,
     pub touches: Vec<TouchRow>,
+    pub stats: ProcessStatsJs,
+}
+
+/// The touches of a batch as columns, in emitted order: touch `i` is `keyIds[i]`,
+/// `watermarks[i]` (the source offset; the object form's decimal `watermark`),
+/// `routingKeys[i]` when `hasRoutingKey[i]` is 1 (the 64-bit number its 16 hex digits spell;
+/// 0 where there is none), `kinds[i]` (0 table, 1 template), `entities[entityIndex[i]]`, and
+/// `templateIds[templateIndex[i]]` (`templateIndex[i]` is 0xFFFFFFFF where there is none).
+/// Feed a journal with `journal.touchMany(p.keyIds, p.watermarks, p.routingKeys,
+/// p.hasRoutingKey)`; `unpackTouches(p)` (`durable-touch/packed`) rebuilds the `TouchRow`s.
+#[napi(object, object_from_js = false)]
+pub struct PackedTouches {
+    pub count: u32,
+    #[napi(ts_type = "Uint32Array")]
+    pub key_ids: Vec<u32>,
+    #[napi(ts_type = "BigInt64Array")]
+    pub watermarks: Vec<u32>,
+    #[napi(ts_type = "BigUint64Array")]
+    pub routing_keys: Vec<u32>,
+    #[napi(ts_type = "Uint8Array")]
+    pub has_routing_key: Vec<u32>,
+    #[napi(ts_type = "Uint8Array")]
+    pub kinds: Vec<u32>,
+    pub entities: Vec<String>,
+    #[napi(ts_type = "Uint32Array")]
+    pub entity_index: Vec<u32>,
+    pub template_ids: Vec<String>,
+    #[napi(ts_type = "Uint32Array")]
+    pub template_index: Vec<u32>,
+}
+
+/// The result of `processRows` / `processBatch` with `output: "packed"`.
+#[napi(object, object_from_js = false)]
+pub struct PackedProcessResult {
+    pub stream: String,
+    pub processed_through: i64n,
+    pub packed: PackedTouches,
     pub stats: ProcessStatsJs,
 }
 
