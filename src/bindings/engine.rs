@@ -7,7 +7,7 @@ use napi_derive::napi;
 use super::abort;
 use super::js::{throw, unknown, Js, Out};
 use super::port::Port;
-use super::processor::{output_js, parse_output, parse_request};
+use super::processor::{parse_output, parse_request, settle};
 use super::store::Store;
 use crate::engine::templates::{ActivateOutcome, TemplateLimits};
 use crate::engine::wait::{parse_inactivity_ttl, parse_template_decls, WaitArgs, WaitReply};
@@ -614,11 +614,7 @@ impl TouchEngine {
         })();
         let store = self.engine.store().clone();
         self.promise(env, parsed, move |(req, output), ticket| {
-            crate::processor::source::process_from_store(
-                &store,
-                req,
-                Box::new(move |r| ticket.settle_with(r, output_js(output))),
-            );
+            crate::processor::source::process_from_store(&store, req, Box::new(move |r| settle(ticket, r, output)));
         })
     }
 

@@ -10,10 +10,11 @@ use napi::sys;
 use napi_derive::napi;
 
 use super::js::{script_fn, unknown, Js, Out};
-use super::port::Port;
+use super::port::{Port, Ticket};
 use crate::error::{Error, Result};
 use crate::jscompat::json::Value;
 use crate::jscompat::string::JsString;
+use crate::processor::packed::PackedResult;
 use crate::processor::{
     pool, Granularity, Mode, ProcessRequest, ProcessResult, Row, TemplateRow, TouchKind, TouchSettings,
 };
@@ -131,11 +132,12 @@ pub(crate) fn parse_output(request: &Js) -> Result<Output> {
     }
 }
 
-/// Converts a batch result to JS in the requested form.
-pub(crate) fn output_js(output: Output) -> impl FnOnce(&Env, ProcessResult) -> napi::Result<sys::napi_value> {
-    move |env, r| match output {
-        Output::Objects => result_js(env, r),
-        Output::Packed => packed_result_js(env, r),
+/// Settles `ticket` with a batch result in the requested form. Called where the batch ran:
+/// the packed columns are built there, off the JS thread.
+pub(crate) fn settle(ticket: Ticket, r: Result<ProcessResult>, output: Output) {
+    match output {
+        Output::Objects => ticket.settle_with(r, result_js),
+        Output::Packed => ticket.settle_with(r.map(PackedResult::new), packed_result_js),
     }
 }
 
@@ -307,7 +309,7 @@ pub fn process_rows<'env>(
         Err(e) => return Ok(unknown(env, Port::rejected(env, &e)?)),
     };
     let (ticket, promise) = port(env)?.promise(env)?;
-    pool::process(req, rows, templates, Box::new(move |r| ticket.settle_with(r, output_js(output))));
+    pool::process(req, rows, templates, Box::new(move |r| settle(ticket, r, output)));
     Ok(unknown(env, promise))
 }
 
@@ -442,44 +444,26 @@ fn stats_js(out: &Out, s: &crate::processor::ProcessStats) -> napi::Result<sys::
     Ok(stats)
 }
 
-/// Builds `{ stream, processedThrough, packed, stats }` (see `PackedTouches`): a handful of
-/// copied typed arrays and two small string tables, whatever the number of touches.
-pub fn packed_result_js(env: &Env, r: ProcessResult) -> napi::Result<sys::napi_value> {
+/// Builds `{ stream, processedThrough, packed, stats }` (see [`PackedTouches`]): the columns
+/// become typed arrays over their own memory (nothing is copied) beside two small string
+/// tables, whatever the number of touches.
+pub fn packed_result_js(env: &Env, p: PackedResult) -> napi::Result<sys::napi_value> {
     let out = Out::new(env);
-    let n = r.touches.len();
-    let mut key_ids = Vec::with_capacity(n * 4);
-    let mut watermarks = Vec::with_capacity(n * 8);
-    let mut routing = Vec::with_capacity(n * 8);
-    let mut has_routing = Vec::with_capacity(n);
-    let mut kinds = Vec::with_capacity(n);
-    let mut ent_idx = Vec::with_capacity(n * 4);
-    let mut tpl_idx = Vec::with_capacity(n * 4);
-    for t in &r.touches {
-        key_ids.extend_from_slice(&t.key_id.to_ne_bytes());
-        watermarks.extend_from_slice(&t.watermark.to_ne_bytes());
-        routing.extend_from_slice(&t.routing_key.unwrap_or(0).to_ne_bytes());
-        has_routing.push(t.routing_key.is_some() as u8);
-        kinds.push(match t.kind {
-            TouchKind::Table => 0,
-            TouchKind::Template => 1,
-        });
-        ent_idx.extend_from_slice(&t.entity.to_ne_bytes());
-        tpl_idx.extend_from_slice(&t.template.unwrap_or(u32::MAX).to_ne_bytes());
-    }
+    let PackedResult { result: r, columns: c } = p;
     use sys::TypedarrayType as T;
     let packed = out.object()?;
-    out.set(packed, "count", out.num(n as f64)?)?;
-    out.set(packed, "keyIds", out.typed_array(T::uint32_array, n, &key_ids)?)?;
-    out.set(packed, "watermarks", out.typed_array(T::bigint64_array, n, &watermarks)?)?;
-    out.set(packed, "routingKeys", out.typed_array(T::biguint64_array, n, &routing)?)?;
-    out.set(packed, "hasRoutingKey", out.typed_array(T::uint8_array, n, &has_routing)?)?;
-    out.set(packed, "kinds", out.typed_array(T::uint8_array, n, &kinds)?)?;
+    out.set(packed, "count", out.num(c.len() as f64)?)?;
+    out.set(packed, "keyIds", out.typed_array_from_vec(T::uint32_array, c.key_ids)?)?;
+    out.set(packed, "watermarks", out.typed_array_from_vec(T::bigint64_array, c.watermarks)?)?;
+    out.set(packed, "routingKeys", out.typed_array_from_vec(T::biguint64_array, c.routing_keys)?)?;
+    out.set(packed, "hasRoutingKey", out.typed_array_from_vec(T::uint8_array, c.has_routing_key)?)?;
+    out.set(packed, "kinds", out.typed_array_from_vec(T::uint8_array, c.kinds)?)?;
     let ent = r.entities.iter().map(|e| out.js_str(e.as_bytes())).collect::<napi::Result<Vec<_>>>()?;
     out.set(packed, "entities", out.array(ent)?)?;
-    out.set(packed, "entityIndex", out.typed_array(T::uint32_array, n, &ent_idx)?)?;
+    out.set(packed, "entityIndex", out.typed_array_from_vec(T::uint32_array, c.entity_index)?)?;
     let tpl = r.template_ids.iter().map(|t| out.str(t)).collect::<napi::Result<Vec<_>>>()?;
     out.set(packed, "templateIds", out.array(tpl)?)?;
-    out.set(packed, "templateIndex", out.typed_array(T::uint32_array, n, &tpl_idx)?)?;
+    out.set(packed, "templateIndex", out.typed_array_from_vec(T::uint32_array, c.template_index)?)?;
 
     let result = out.object()?;
     out.set(result, "stream", out.str(&r.stream)?)?;

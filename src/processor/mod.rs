@@ -8,10 +8,12 @@
 //!   failing alone (P13, P14);
 //! - [`source`]: reading a batch's rows and active templates from the native [`Store`]
 //!   (P3's query, S10's range read).
+//! - [`packed`]: a result's touches as columns (the bindings' `output: "packed"`).
 //!
 //! [`Store`]: crate::store::Store
 
 pub mod batch;
+pub mod packed;
 pub mod pool;
 pub mod source;
 

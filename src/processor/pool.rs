@@ -30,9 +30,13 @@ pub fn spawn<T: Send + 'static>(job: impl FnOnce() -> crate::Result<T> + Send + 
     pool().spawn(move || reply(catch_panic(job)));
 }
 
-/// Processes one batch on the pool.
+/// Processes one batch on the pool. The rows are freed after the reply, so the caller does not
+/// wait for that.
 pub fn process(request: ProcessRequest, rows: Vec<Row>, templates: Vec<TemplateRow>, reply: Reply<ProcessResult>) {
-    spawn(move || process_rows(&request, &rows, &templates), reply);
+    pool().spawn(move || {
+        reply(catch_panic(|| process_rows(&request, &rows, &templates)));
+        drop((rows, templates));
+    });
 }
 
 #[cfg(test)]
