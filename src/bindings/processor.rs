@@ -16,7 +16,7 @@ use crate::jscompat::json::Value;
 use crate::jscompat::string::JsString;
 use crate::processor::packed::PackedResult;
 use crate::processor::{
-    pool, Granularity, Mode, ProcessRequest, ProcessResult, Row, TemplateRow, TouchKind, TouchSettings,
+    pool, Granularity, Mode, ProcessRequest, ProcessResult, Row, RowBuffer, TemplateRow, TouchKind, TouchSettings,
 };
 
 thread_local! {
@@ -191,37 +191,49 @@ const PACK_ROWS: &str = r#"(function () {
   };
 })()"#;
 
-fn parse_rows(env: &Env, rows: Js) -> Result<Vec<Row>> {
+/// The rows of a `processRows` call: in one buffer (the usual case), or one by one.
+enum ParsedRows {
+    Buffer(RowBuffer),
+    Rows(Vec<Row>),
+}
+
+fn parse_rows(env: &Env, rows: Js) -> Result<ParsedRows> {
     let packer = script_fn(env, PACK_ROWS).map_err(|e| Error::Internal(e.reason))?;
     let packed = super::js::call(env, packer, &[rows.raw]).map_err(Error::invalid)?;
     let packed = Js { env: env.raw(), raw: packed };
     if packed.is_nullish() {
-        return parse_rows_slowly(rows);
+        return parse_rows_slowly(rows).map(ParsedRows::Rows);
     }
     let column = |v: Js| -> Vec<u8> { v.typed_bytes().map(|(_, b)| b.to_vec()).unwrap_or_default() };
+    let words = |v: Js| -> Vec<[u8; 8]> {
+        let bytes = v.typed_bytes().map(|(_, b)| b).unwrap_or_default();
+        bytes.chunks_exact(8).map(|w| w.try_into().unwrap_or([0; 8])).collect()
+    };
+    let bytes = packed.element(3)?;
+    if !bytes.is_nullish() {
+        // All payloads in one buffer: copied once, the rows keep ranges into it.
+        let offsets: Vec<i64> = words(packed.element(0)?).into_iter().map(i64::from_ne_bytes).collect();
+        let ts: Vec<f64> = words(packed.element(1)?).into_iter().map(f64::from_ne_bytes).collect();
+        let all = bytes.byte_slice().unwrap_or_default();
+        let mut start = 0usize;
+        let ends: Vec<usize> = words(packed.element(4)?)
+            .into_iter()
+            .map(|w| {
+                start = (f64::from_ne_bytes(w) as usize).clamp(start, all.len());
+                start
+            })
+            .collect();
+        let bytes = all[..start].to_vec();
+        return RowBuffer::new(offsets, ts, ends, bytes)
+            .map(ParsedRows::Buffer)
+            .ok_or_else(|| Error::Internal("rows were packed inconsistently".into()));
+    }
     let (offsets, ts) = (column(packed.element(0)?), column(packed.element(1)?));
     let payloads = packed.element(2)?;
     let word =
         |b: &[u8], i: usize| -> [u8; 8] { b.get(i * 8..i * 8 + 8).and_then(|w| w.try_into().ok()).unwrap_or([0; 8]) };
     let n = offsets.len() / 8;
     let mut out = Vec::with_capacity(n);
-    let bytes = packed.element(3)?;
-    if !bytes.is_nullish() {
-        // All payloads in one buffer: two reads instead of three N-API calls per row.
-        let bytes = bytes.byte_slice().unwrap_or_default();
-        let ends = column(packed.element(4)?);
-        let mut start = 0usize;
-        for i in 0..n {
-            let end = (f64::from_ne_bytes(word(&ends, i)) as usize).clamp(start, bytes.len());
-            out.push(Row {
-                offset: i64::from_ne_bytes(word(&offsets, i)),
-                ts_ms: f64::from_ne_bytes(word(&ts, i)),
-                payload: bytes[start..end].to_vec(),
-            });
-            start = end;
-        }
-        return Ok(out);
-    }
     for i in 0..n {
         let payload = payloads.element(i as u32)?.byte_slice().map(<[u8]>::to_vec).unwrap_or_default();
         out.push(Row {
@@ -230,7 +242,7 @@ fn parse_rows(env: &Env, rows: Js) -> Result<Vec<Row>> {
             payload,
         });
     }
-    Ok(out)
+    Ok(ParsedRows::Rows(out))
 }
 
 fn parse_rows_slowly(rows: Js) -> Result<Vec<Row>> {
@@ -309,7 +321,11 @@ pub fn process_rows<'env>(
         Err(e) => return Ok(unknown(env, Port::rejected(env, &e)?)),
     };
     let (ticket, promise) = port(env)?.promise(env)?;
-    pool::process(req, rows, templates, Box::new(move |r| settle(ticket, r, output)));
+    let reply = Box::new(move |r| settle(ticket, r, output));
+    match rows {
+        ParsedRows::Buffer(rows) => pool::process_buffer(req, rows, templates, reply),
+        ParsedRows::Rows(rows) => pool::process(req, rows, templates, reply),
+    }
     Ok(unknown(env, promise))
 }
 

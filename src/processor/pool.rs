@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use super::{process_rows, ProcessRequest, ProcessResult, Row, TemplateRow};
+use super::{process_row_refs, process_rows, ProcessRequest, ProcessResult, Row, RowBuffer, TemplateRow};
 use crate::error::catch_panic;
 use crate::store::Reply;
 
@@ -39,6 +39,19 @@ pub fn process(request: ProcessRequest, rows: Vec<Row>, templates: Vec<TemplateR
     });
 }
 
+/// [`process`] for rows in one buffer.
+pub fn process_buffer(
+    request: ProcessRequest,
+    rows: RowBuffer,
+    templates: Vec<TemplateRow>,
+    reply: Reply<ProcessResult>,
+) {
+    pool().spawn(move || {
+        reply(catch_panic(|| process_row_refs(&request, rows.len(), rows.iter(), &templates)));
+        drop((rows, templates));
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,6 +80,28 @@ mod tests {
                 assert_eq!(r.unwrap().touches.len(), 10);
             }
         }
+    }
+
+    #[test]
+    fn rows_in_one_buffer_give_the_same_batch() {
+        let rows = p17_rows();
+        let mut ends = Vec::new();
+        let mut bytes = Vec::new();
+        for r in &rows {
+            bytes.extend_from_slice(&r.payload);
+            ends.push(bytes.len());
+        }
+        let buffer = RowBuffer::new(
+            rows.iter().map(|r| r.offset).collect(),
+            rows.iter().map(|r| r.ts_ms).collect(),
+            ends,
+            bytes,
+        )
+        .unwrap();
+        let from_rows = blocking(|reply| process(p17_request(), rows, vec![p17_template()], reply)).unwrap();
+        let from_buffer = blocking(|reply| process_buffer(p17_request(), buffer, vec![p17_template()], reply)).unwrap();
+        assert_eq!(from_rows.touches.len(), 10);
+        assert_eq!(from_buffer, from_rows);
     }
 
     #[test]
