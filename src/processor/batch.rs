@@ -633,10 +633,16 @@ impl<'p> Batch<'p> {
                 end += 1;
             }
             if end - start > 1 {
-                order[start..end].sort_by_key(|&p| {
-                    let t = at(p as u32);
+                let key = |p: &u64| {
+                    let t = at(*p as u32);
                     (t.routing_key.is_some(), t.routing_key.unwrap_or(0), t.watermark)
-                });
+                };
+                // A run is usually one key's touches, already in watermark order: checking
+                // that reads each touch once, where even a sort of sorted input reads it twice.
+                let run = &mut order[start..end];
+                if !run.is_sorted_by_key(key) {
+                    run.sort_by_key(key);
+                }
             }
             start = end;
         }
