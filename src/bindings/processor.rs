@@ -330,7 +330,10 @@ pub fn process_rows<'env>(
 }
 
 /// Builds the touch objects in JS from columns (far cheaper than six N-API property sets per
-/// touch). The distinct watermarks come as one decimal text and where each one ends. `flags`: bit 0 = has a routing key, bit 1 = kind "template". Absent routing keys
+/// touch). The distinct watermarks come as one decimal text and where each one ends. `flags`:
+/// bit 0 = has a routing key, bit 1 = kind "template", bit 2 = the same routing key as the
+/// touch before (sorted by key id, a key's touches are adjacent): `routing` holds the 16 hex
+/// digits of the others only, in order, and the repeats share one string. Absent routing keys
 /// and template ids are own properties holding `undefined`, as in the reference's messages.
 const BUILD_TOUCHES: &str = r#"(function buildTouches(n, keyIds, routing, flags, wmIdx, wmText, wmEnds, entIdx, ent, tplIdx, tpl) {
   const wm = new Array(wmEnds.length);
@@ -340,12 +343,18 @@ const BUILD_TOUCHES: &str = r#"(function buildTouches(n, keyIds, routing, flags,
     s = e;
   }
   const out = new Array(n);
+  let rk = undefined;
+  let r = 0;
   for (let i = 0; i < n; i++) {
     const f = flags[i];
     const t = tplIdx[i];
+    if ((f & 5) === 1) {
+      rk = routing.substring(r, r + 16);
+      r += 16;
+    }
     out[i] = {
       keyId: keyIds[i],
-      routingKey: (f & 1) !== 0 ? routing.substring(i * 16, i * 16 + 16) : undefined,
+      routingKey: (f & 1) !== 0 ? rk : undefined,
       watermark: wm[wmIdx[i]],
       entity: ent[entIdx[i]],
       kind: (f & 2) !== 0 ? "template" : "table",
@@ -372,16 +381,18 @@ fn touches_js(env: &Env, r: &ProcessResult) -> napi::Result<sys::napi_value> {
     let mut wm_slot: Vec<u32> = if dense { vec![u32::MAX; (hi - lo + 1) as usize] } else { Vec::new() };
     let mut wm_index: rustc_hash::FxHashMap<i64, u32> = rustc_hash::FxHashMap::default();
     let mut hex = [b'0'; 16];
+    let mut previous: Option<u64> = None;
     for t in &r.touches {
         key_ids.extend_from_slice(&t.key_id.to_ne_bytes());
-        match t.routing_key {
-            Some(k) => {
-                hex16_into(k, &mut hex);
-                routing.extend_from_slice(&hex);
-            }
-            None => routing.extend_from_slice(b"0000000000000000"),
+        let repeat = t.routing_key.is_some() && t.routing_key == previous;
+        if let (Some(k), false) = (t.routing_key, repeat) {
+            hex16_into(k, &mut hex);
+            routing.extend_from_slice(&hex);
         }
-        flags.push(t.routing_key.is_some() as u8 | (((t.kind == TouchKind::Template) as u8) << 1));
+        previous = t.routing_key;
+        flags.push(
+            t.routing_key.is_some() as u8 | (((t.kind == TouchKind::Template) as u8) << 1) | ((repeat as u8) << 2),
+        );
         let w = if dense {
             let slot = &mut wm_slot[(t.watermark - lo) as usize];
             if *slot == u32::MAX {
