@@ -136,7 +136,7 @@ pub(crate) fn parse_output(request: &Js) -> Result<Output> {
 /// the packed columns are built there, off the JS thread.
 pub(crate) fn settle(ticket: Ticket, r: Result<ProcessResult>, output: Output) {
     match output {
-        Output::Objects => ticket.settle_with(r, result_js),
+        Output::Objects => ticket.settle_with(r.map(ObjectsResult::new), objects_result_js),
         Output::Packed => ticket.settle_with(r.map(PackedResult::new), packed_result_js),
     }
 }
@@ -364,73 +364,105 @@ const BUILD_TOUCHES: &str = r#"(function buildTouches(n, keyIds, routing, flags,
   return out;
 })"#;
 
-fn touches_js(env: &Env, r: &ProcessResult) -> napi::Result<sys::napi_value> {
-    let out = Out::new(env);
-    let n = r.touches.len();
-    let mut key_ids = Vec::with_capacity(n * 4);
-    let mut routing = Vec::with_capacity(n * 16);
-    let mut flags = Vec::with_capacity(n);
-    let mut wm_idx = Vec::with_capacity(n * 4);
-    let mut ent_idx = Vec::with_capacity(n * 4);
-    let mut tpl_idx = Vec::with_capacity(n * 4);
-    // Watermarks are the offsets of the batch's rows: index them densely from the smallest.
-    let lo = r.touches.iter().map(|t| t.watermark).min().unwrap_or(0);
-    let hi = r.touches.iter().map(|t| t.watermark).max().unwrap_or(0);
-    let dense = hi.saturating_sub(lo) < (4 * n as i64).max(1 << 16);
-    let mut watermarks: Vec<i64> = Vec::new();
-    let mut wm_slot: Vec<u32> = if dense { vec![u32::MAX; (hi - lo + 1) as usize] } else { Vec::new() };
-    let mut wm_index: rustc_hash::FxHashMap<i64, u32> = rustc_hash::FxHashMap::default();
-    let mut hex = [b'0'; 16];
-    let mut previous: Option<u64> = None;
-    for t in &r.touches {
-        key_ids.extend_from_slice(&t.key_id.to_ne_bytes());
-        let repeat = t.routing_key.is_some() && t.routing_key == previous;
-        if let (Some(k), false) = (t.routing_key, repeat) {
-            hex16_into(k, &mut hex);
-            routing.extend_from_slice(&hex);
-        }
-        previous = t.routing_key;
-        flags.push(
-            t.routing_key.is_some() as u8 | (((t.kind == TouchKind::Template) as u8) << 1) | ((repeat as u8) << 2),
-        );
-        let w = if dense {
-            let slot = &mut wm_slot[(t.watermark - lo) as usize];
-            if *slot == u32::MAX {
-                watermarks.push(t.watermark);
-                *slot = (watermarks.len() - 1) as u32;
-            }
-            *slot
-        } else {
-            *wm_index.entry(t.watermark).or_insert_with(|| {
-                watermarks.push(t.watermark);
-                (watermarks.len() - 1) as u32
-            })
+/// The columns [`BUILD_TOUCHES`] reads, prepared where the batch ran (off the JS thread).
+pub(crate) struct ObjectColumns {
+    key_ids: Vec<u32>,
+    /// 16 hex digits per routing key that is not a repeat of the touch before's.
+    routing: Vec<u8>,
+    flags: Vec<u8>,
+    wm_idx: Vec<u32>,
+    /// The distinct watermarks in decimal, back to back, and where each one ends.
+    wm_text: Vec<u8>,
+    wm_ends: Vec<u32>,
+    ent_idx: Vec<u32>,
+    tpl_idx: Vec<u32>,
+}
+
+/// A batch result ready to become touch objects (`result.touches` moved into `columns`).
+pub(crate) struct ObjectsResult {
+    result: ProcessResult,
+    columns: ObjectColumns,
+}
+
+impl ObjectsResult {
+    pub(crate) fn new(mut r: ProcessResult) -> ObjectsResult {
+        let touches = std::mem::take(&mut r.touches);
+        let n = touches.len();
+        let mut c = ObjectColumns {
+            key_ids: Vec::with_capacity(n),
+            routing: Vec::with_capacity(n * 16),
+            flags: Vec::with_capacity(n),
+            wm_idx: Vec::with_capacity(n),
+            wm_text: Vec::new(),
+            wm_ends: Vec::new(),
+            ent_idx: Vec::with_capacity(n),
+            tpl_idx: Vec::with_capacity(n),
         };
-        wm_idx.extend_from_slice(&w.to_ne_bytes());
-        ent_idx.extend_from_slice(&t.entity.to_ne_bytes());
-        tpl_idx.extend_from_slice(&t.template.unwrap_or(u32::MAX).to_ne_bytes());
+        // Watermarks are the offsets of the batch's rows: index them densely from the smallest.
+        let lo = touches.iter().map(|t| t.watermark).min().unwrap_or(0);
+        let hi = touches.iter().map(|t| t.watermark).max().unwrap_or(0);
+        let dense = hi.saturating_sub(lo) < (4 * n as i64).max(1 << 16);
+        let mut watermarks: Vec<i64> = Vec::new();
+        let mut wm_slot: Vec<u32> = if dense { vec![u32::MAX; (hi - lo + 1) as usize] } else { Vec::new() };
+        let mut wm_index: rustc_hash::FxHashMap<i64, u32> = rustc_hash::FxHashMap::default();
+        let mut hex = [b'0'; 16];
+        let mut previous: Option<u64> = None;
+        for t in &touches {
+            c.key_ids.push(t.key_id);
+            let repeat = t.routing_key.is_some() && t.routing_key == previous;
+            if let (Some(k), false) = (t.routing_key, repeat) {
+                hex16_into(k, &mut hex);
+                c.routing.extend_from_slice(&hex);
+            }
+            previous = t.routing_key;
+            c.flags.push(
+                t.routing_key.is_some() as u8 | (((t.kind == TouchKind::Template) as u8) << 1) | ((repeat as u8) << 2),
+            );
+            let w = if dense {
+                let slot = &mut wm_slot[(t.watermark - lo) as usize];
+                if *slot == u32::MAX {
+                    watermarks.push(t.watermark);
+                    *slot = (watermarks.len() - 1) as u32;
+                }
+                *slot
+            } else {
+                *wm_index.entry(t.watermark).or_insert_with(|| {
+                    watermarks.push(t.watermark);
+                    (watermarks.len() - 1) as u32
+                })
+            };
+            c.wm_idx.push(w);
+            c.ent_idx.push(t.entity);
+            c.tpl_idx.push(t.template.unwrap_or(u32::MAX));
+        }
+        let mut decimal = itoa_buf();
+        c.wm_text.reserve(watermarks.len() * 8);
+        c.wm_ends.reserve(watermarks.len());
+        for w in &watermarks {
+            c.wm_text.extend_from_slice(decimal.format(*w));
+            c.wm_ends.push(c.wm_text.len() as u32);
+        }
+        ObjectsResult { result: r, columns: c }
     }
-    let mut decimal = itoa_buf();
-    let mut wm_text = Vec::with_capacity(watermarks.len() * 8);
-    let mut wm_ends = Vec::with_capacity(watermarks.len() * 4);
-    for w in &watermarks {
-        wm_text.extend_from_slice(decimal.format(*w));
-        wm_ends.extend_from_slice(&(wm_text.len() as u32).to_ne_bytes());
-    }
+}
+
+fn touches_js(env: &Env, r: &ProcessResult, c: ObjectColumns) -> napi::Result<sys::napi_value> {
+    let out = Out::new(env);
+    let n = c.key_ids.len();
     let ent = r.entities.iter().map(|e| out.js_str(e.as_bytes())).collect::<napi::Result<Vec<_>>>()?;
     let tpl = r.template_ids.iter().map(|t| out.str(t)).collect::<napi::Result<Vec<_>>>()?;
     use sys::TypedarrayType as T;
     let args = [
         out.num(n as f64)?,
-        out.typed_array(T::uint32_array, n, &key_ids)?,
-        out.latin1(&routing)?,
-        out.typed_array(T::uint8_array, n, &flags)?,
-        out.typed_array(T::uint32_array, n, &wm_idx)?,
-        out.latin1(&wm_text)?,
-        out.typed_array(T::uint32_array, watermarks.len(), &wm_ends)?,
-        out.typed_array(T::uint32_array, n, &ent_idx)?,
+        out.typed_array_from_vec(T::uint32_array, c.key_ids)?,
+        out.latin1(&c.routing)?,
+        out.typed_array_from_vec(T::uint8_array, c.flags)?,
+        out.typed_array_from_vec(T::uint32_array, c.wm_idx)?,
+        out.latin1(&c.wm_text)?,
+        out.typed_array_from_vec(T::uint32_array, c.wm_ends)?,
+        out.typed_array_from_vec(T::uint32_array, c.ent_idx)?,
         out.array(ent)?,
-        out.typed_array(T::uint32_array, n, &tpl_idx)?,
+        out.typed_array_from_vec(T::uint32_array, c.tpl_idx)?,
         out.array(tpl)?,
     ];
     let builder = script_fn(env, BUILD_TOUCHES)?;
@@ -439,8 +471,14 @@ fn touches_js(env: &Env, r: &ProcessResult) -> napi::Result<sys::napi_value> {
 
 /// Builds the result object on the JS thread.
 pub fn result_js(env: &Env, r: ProcessResult) -> napi::Result<sys::napi_value> {
+    objects_result_js(env, ObjectsResult::new(r))
+}
+
+/// [`result_js`] from columns already prepared.
+pub(crate) fn objects_result_js(env: &Env, o: ObjectsResult) -> napi::Result<sys::napi_value> {
     let out = Out::new(env);
-    let touches = touches_js(env, &r)?;
+    let ObjectsResult { result: r, columns } = o;
+    let touches = touches_js(env, &r, columns)?;
 
     let stats = stats_js(&out, &r.stats)?;
 
