@@ -57,8 +57,11 @@ export declare class TouchEngine {
   getTouchConfig(stream: string): TouchConfig | null
   /** Activates templates (T1–T7, T13). Denied declarations say why. */
   activateTemplates(stream: string, templates: TemplateDecl[], options?: { inactivityTtlMs?: number } | undefined | null): ActivateResult
-  /** Runs one batch exactly as the reference worker would (no side effects). */
-  processBatch(request: ProcessRequest): Promise<ProcessResult>
+  /**
+   * Runs one batch exactly as the reference worker would (no side effects).
+   * `request.output: "packed"` gives the touches as typed arrays (see `processRows`).
+   */
+  processBatch<R extends ProcessRequest = ProcessRequest>(request: R): Promise<R extends { output: 'packed' } ? PackedProcessResult : ProcessResult>
   /** Marks a stream dirty (appends through the engine's store do this themselves). */
   notify(stream: string): void
   /** Waits for a touch of any of the keys after `cursor` (W1–W6). */
@@ -88,8 +91,11 @@ export declare class TouchJournal {
   /**
    * Many touches in one call: `keyIds[i]` with `sourceOffsetSeqs[i]` and `routingKeys[i]`
    * (a `BigUint64Array` holds routing keys as the numbers their 16 hex digits spell).
+   * `hasRoutingKey` (a `Uint8Array`, only with a `BigUint64Array`) says which touches have a
+   * routing key: where it is 0, `routingKeys[i]` is ignored. A packed batch result feeds it
+   * as `touchMany(p.keyIds, p.watermarks, p.routingKeys, p.hasRoutingKey)`.
    */
-  touchMany(keyIds: Uint32Array | number[], sourceOffsetSeqs?: BigInt64Array | bigint[] | null, routingKeys?: BigUint64Array | Array<string | null> | null): void
+  touchMany(keyIds: Uint32Array | number[], sourceOffsetSeqs?: BigInt64Array | bigint[] | null, routingKeys?: BigUint64Array | Array<string | null> | null, hasRoutingKey?: Uint8Array | null): void
   /** J7: the flush delay for the next bucket, clamped to [1, bucketMs]. */
   setCoalesceMs(ms: number): void
   /** J5: false means the key was certainly not flushed after `sinceGeneration`. */
@@ -231,6 +237,36 @@ export interface MetaOptions {
   timeoutMs?: number
 }
 
+/** The result of `processRows` / `processBatch` with `output: "packed"`. */
+export interface PackedProcessResult {
+  stream: string
+  processedThrough: bigint
+  packed: PackedTouches
+  stats: ProcessStats
+}
+
+/**
+ * The touches of a batch as columns, in emitted order: touch `i` is `keyIds[i]`,
+ * `watermarks[i]` (the source offset; the object form's decimal `watermark`),
+ * `routingKeys[i]` when `hasRoutingKey[i]` is 1 (the 64-bit number its 16 hex digits spell;
+ * 0 where there is none), `kinds[i]` (0 table, 1 template), `entities[entityIndex[i]]`, and
+ * `templateIds[templateIndex[i]]` (`templateIndex[i]` is 0xFFFFFFFF where there is none).
+ * Feed a journal with `journal.touchMany(p.keyIds, p.watermarks, p.routingKeys,
+ * p.hasRoutingKey)`; `unpackTouches(p)` (`durable-touch/packed`) rebuilds the `TouchRow`s.
+ */
+export interface PackedTouches {
+  count: number
+  keyIds: Uint32Array
+  watermarks: BigInt64Array
+  routingKeys: BigUint64Array
+  hasRoutingKey: Uint8Array
+  kinds: Uint8Array
+  entities: Array<string>
+  entityIndex: Uint32Array
+  templateIds: Array<string>
+  templateIndex: Uint32Array
+}
+
 /** A parsed cursor. */
 export interface ParsedTouchCursor {
   epoch: string
@@ -264,6 +300,11 @@ export interface ProcessRequest {
   processingMode?: 'full' | 'hotTemplatesOnly'
   filterHotTemplates?: boolean
   hotTemplateIds?: string[] | null
+  /**
+   * Ours (not the reference's): `"packed"` resolves a `PackedProcessResult` (touches as
+   * typed arrays) instead of touch objects; absent, null or `"objects"` keeps the default.
+   */
+  output?: 'objects' | 'packed' | null
 }
 
 /** The result of `processRows`. */
@@ -280,8 +321,12 @@ export interface ProcessResult {
  * off the JS thread. Resolves `{ stream, processedThrough, touches, stats }` exactly as the
  * reference worker replies; rejects with `ERR_TOUCH_NOT_ENABLED`, `ERR_PROCESSING`
  * (`onMissingBefore: "error"`) or `ERR_INVALID_ARGUMENT`.
+ *
+ * With `request.output: "packed"` it resolves `{ stream, processedThrough, packed, stats }`
+ * instead: the same touches in the same order as typed arrays (`PackedTouches`), with no
+ * object per touch. `unpackTouches` (`durable-touch/packed`) rebuilds the objects.
  */
-export declare function processRows(rows: Array<{ offset: bigint | number; tsMs: number; payload: Buffer | Uint8Array | string }>, request: ProcessRequest, templates?: Array<ActiveTemplate> | undefined | null): Promise<ProcessResult>
+export declare function processRows<R extends ProcessRequest = ProcessRequest>(rows: Array<{ offset: bigint | number; tsMs: number; payload: Buffer | Uint8Array | string }>, request: R, templates?: Array<ActiveTemplate> | undefined | null): Promise<R extends { output: 'packed' } ? PackedProcessResult : ProcessResult>
 
 /** Batch statistics. */
 export interface ProcessStats {

@@ -42,6 +42,12 @@ export const BENCHES = {
       ["coarse rows/s, all cores vs one worker", "B2-process-coarse", "results.allCores.medianRowsPerSec", "B2-process-coarse", "results.medianRowsPerSec", "higher"],
       ["fine rows/s, one thread vs one worker", "B3-process-fine", "results.medianRowsPerSec", "B3-process-fine", "results.medianRowsPerSec", "higher"],
       ["fine rows/s, all cores vs one worker", "B3-process-fine", "results.allCores.medianRowsPerSec", "B3-process-fine", "results.medianRowsPerSec", "higher"],
+      // output: "packed" (the same touches as typed arrays instead of objects); the two lines
+      // above are the default object output.
+      ["coarse rows/s, packed one thread vs one worker", "B2-process-coarse", "results.packed.medianRowsPerSec", "B2-process-coarse", "results.medianRowsPerSec", "higher"],
+      ["coarse rows/s, packed all cores vs one worker", "B2-process-coarse", "results.packed.allCores.medianRowsPerSec", "B2-process-coarse", "results.medianRowsPerSec", "higher"],
+      ["fine rows/s, packed one thread vs one worker", "B3-process-fine", "results.packed.medianRowsPerSec", "B3-process-fine", "results.medianRowsPerSec", "higher"],
+      ["fine rows/s, packed all cores vs one worker", "B3-process-fine", "results.packed.allCores.medianRowsPerSec", "B3-process-fine", "results.medianRowsPerSec", "higher"],
       ["coarse rows/s, native core one thread vs one worker", "B2-process-coarse", "results.native.medianRowsPerSec", "B2-process-coarse", "results.medianRowsPerSec", "higher"],
       ["coarse rows/s, native core all cores vs one worker", "B2-process-coarse", "results.native.allCores.medianRowsPerSec", "B2-process-coarse", "results.medianRowsPerSec", "higher"],
       ["fine rows/s, native core one thread vs one worker", "B3-process-fine", "results.native.medianRowsPerSec", "B3-process-fine", "results.medianRowsPerSec", "higher"],

@@ -12,6 +12,11 @@
 // the rows from JS, processing and building the touch objects on the JS thread. Prints one
 // JSON line per benchmark.
 //
+// Two output forms are timed, alternately in each run: touch objects (the default, the
+// reference's reply; the headline `results.medianRowsPerSec` and `results.allCores`) and
+// `output: "packed"` (the same touches as typed arrays, `results.packed`). Each pass folds the
+// results into counters; the packed pass reads `packed.count` and never builds objects.
+//
 // `results.native` adds the native core alone (examples/process_native.rs, built with
 // `cargo --release`; skipped with --no-native or without cargo): the same batches without the
 // JS side (rows handed in, touch objects built), which is what the engine's store-backed
@@ -24,6 +29,7 @@ import { fileURLToPath } from "node:url";
 import { generateRecords } from "./gen-workload.mjs";
 import { createRequire } from "node:module";
 import { workloadRows, activeTemplates, requestBase, canonicalSha } from "./process-workload.mjs";
+import { unpackTouches } from "../lib/packed.mjs";
 
 const dt = createRequire(import.meta.url)("../index.js");
 const REFERENCE_SHA_20K = "0ada709b038b9664d18d07338b107faa64120f1f3eef7c32b5bfb4a5b819892c";
@@ -53,10 +59,11 @@ function env() {
 }
 
 /** One pass over [0, n-1]: sequential batches, or all batches in flight at once. */
-async function pass(rows, base, templates, { parallel, capture = 0 }) {
+async function pass(rows, base, templates, { parallel, capture = 0, packed = false }) {
   const n = rows.length;
   const toOffset = BigInt(n - 1);
-  const one = (from) => dt.processRows(rows.slice(from, from + BATCH), { ...base, fromOffset: BigInt(from), toOffset }, templates);
+  const request = packed ? { ...base, output: "packed" } : base;
+  const one = (from) => dt.processRows(rows.slice(from, from + BATCH), { ...request, fromOffset: BigInt(from), toOffset }, templates);
   // Results are folded into counters as they arrive (touches are not kept, except the
   // captured ones), as the reference bench does.
   const acc = { batches: 0, rowsRead: 0, bytesRead: 0, changes: 0, touches: 0, tableTouches: 0, templateTouches: 0, dropped: 0 };
@@ -66,11 +73,11 @@ async function pass(rows, base, templates, { parallel, capture = 0 }) {
     acc.rowsRead += r.stats.rowsRead;
     acc.bytesRead += r.stats.bytesRead;
     acc.changes += r.stats.changes;
-    acc.touches += r.touches.length;
+    acc.touches += packed ? r.packed.count : r.touches.length;
     acc.tableTouches += r.stats.tableTouchesEmitted;
     acc.templateTouches += r.stats.templateTouchesEmitted;
     acc.dropped += r.stats.fineTouchesDroppedDueToBudget;
-    if (captured && r.processedThrough < BigInt(capture)) for (const t of r.touches) captured.push(t);
+    if (captured && r.processedThrough < BigInt(capture)) for (const t of packed ? unpackTouches(r.packed) : r.touches) captured.push(t);
     return r.processedThrough;
   };
   const t0 = performance.now();
@@ -116,25 +123,64 @@ async function bench(name, n, kind, templates, native) {
   const payloadBytes = rows.reduce((a, r) => a + r.payload.length, 0);
   const base = requestBase(kind);
   await pass(rows.slice(0, BATCH), base, templates, { parallel: false }); // warm-up
+  await pass(rows.slice(0, BATCH), base, templates, { parallel: false, packed: true });
   const single = [];
   const multi = [];
+  const singlePacked = [];
+  const multiPacked = [];
   let fixture = null;
+  const capture = (i) => (kind === "fine" && i === 0 ? 20_000 : 0);
+  const fixtureOf = (p) => ({ firstRecords: 20_000, touches: p.captured.length, sha256Canonical: canonicalSha(p.captured) });
+  // The packed path's fixture comes from an untimed pass (rebuilding objects costs time).
+  const fixturePacked = kind === "fine" ? fixtureOf(await pass(rows.slice(0, 20_000), base, templates, { parallel: false, capture: 20_000, packed: true })) : null;
   for (let i = 0; i < RUNS; i++) {
-    const p = await pass(rows, base, templates, { parallel: false, capture: kind === "fine" && i === 0 ? 20_000 : 0 });
-    if (p.captured) fixture = { firstRecords: 20_000, touches: p.captured.length, sha256Canonical: canonicalSha(p.captured) };
+    const p = await pass(rows, base, templates, { parallel: false, capture: capture(i) });
+    if (p.captured) fixture = fixtureOf(p);
     delete p.captured;
-    log(`${name} run ${i + 1}/${RUNS} one thread: ${p.rowsPerSec} rows/s (${p.seconds}s, ${p.touches} touches)`);
+    log(`${name} run ${i + 1}/${RUNS} one thread, objects: ${p.rowsPerSec} rows/s (${p.seconds}s, ${p.touches} touches)`);
     single.push(p);
+    const pp = await pass(rows, base, templates, { parallel: false, packed: true });
+    delete pp.captured;
+    log(`${name} run ${i + 1}/${RUNS} one thread, packed: ${pp.rowsPerSec} rows/s (${pp.seconds}s, ${pp.touches} touches)`);
+    singlePacked.push(pp);
     const q = await pass(rows, base, templates, { parallel: true });
     delete q.captured;
-    log(`${name} run ${i + 1}/${RUNS} all cores: ${q.rowsPerSec} rows/s`);
+    log(`${name} run ${i + 1}/${RUNS} all cores, objects: ${q.rowsPerSec} rows/s`);
     multi.push(q);
+    const qp = await pass(rows, base, templates, { parallel: true, packed: true });
+    delete qp.captured;
+    log(`${name} run ${i + 1}/${RUNS} all cores, packed: ${qp.rowsPerSec} rows/s`);
+    multiPacked.push(qp);
   }
   const first = single[0];
-  if (fixture) fixture.matchesReference = fixture.sha256Canonical === REFERENCE_SHA_20K;
+  for (const [a, b] of [[single, singlePacked], [multi, multiPacked]]) {
+    a.forEach((p, i) => {
+      if (p.touches !== b[i].touches) throw new Error(`packed pass emitted ${b[i].touches} touches, objects ${p.touches}`);
+    });
+  }
+  if (fixture) {
+    fixture.matchesReference = fixture.sha256Canonical === REFERENCE_SHA_20K;
+    fixture.packedMatchesReference = fixturePacked?.sha256Canonical === REFERENCE_SHA_20K;
+  }
+  const threads = env().processorThreads ?? cpus().length;
+  const summary = (one, all) => ({
+    medianRowsPerSec: round(median(one.map((p) => p.rowsPerSec))),
+    medianMBPerSec: round(median(one.map((p) => payloadBytes / 1e6 / p.seconds)), 3),
+    medianSeconds: round(median(one.map((p) => p.seconds)), 4),
+    runs: one.map((p) => ({ rowsPerSec: p.rowsPerSec, seconds: p.seconds, touches: p.touches })),
+    allCores: {
+      threads,
+      medianRowsPerSec: round(median(all.map((p) => p.rowsPerSec))),
+      medianSeconds: round(median(all.map((p) => p.seconds)), 4),
+      runs: all.map((p) => ({ rowsPerSec: p.rowsPerSec, seconds: p.seconds, touches: p.touches })),
+    },
+  });
   const line = {
     bench: name,
-    driver: "durable-touch processRows (native rayon pool); one thread = one batch in flight, all cores = every batch in flight",
+    driver:
+      "durable-touch processRows (native rayon pool); one thread = one batch in flight, all cores = every batch in flight. " +
+      "results.medianRowsPerSec / results.allCores: the default output, one TouchRow object per touch (the reference's reply). " +
+      'results.packed: output: "packed", the same touches as typed arrays (no touch objects built).',
     request: { maxRows: BATCH, maxBytes: base.maxBytes, emitFineTouches: base.emitFineTouches, fineTouchBudget: base.fineTouchBudget, fineGranularity: base.fineGranularity, processingMode: base.processingMode },
     workload: { generator: "bench/gen-workload.mjs", n, seed: SEED, payloadBytes, tsMs: "T0_MS + offset", templates: templates.length },
     runs: RUNS,
@@ -159,6 +205,7 @@ async function bench(name, n, kind, templates, native) {
       },
     },
   };
+  line.results.packed = { output: "packed", ...summary(singlePacked, multiPacked) };
   if (native) line.results.native = { driver: "examples/process_native.rs (no JS)", n: native.rows, medianRowsPerSec: native.medianRowsPerSec, allCores: native.allCores };
   if (fixture) line.fixture = fixture;
   console.log(JSON.stringify(line));

@@ -7,7 +7,7 @@ use napi_derive::napi;
 use super::abort;
 use super::js::{throw, unknown, Js, Out};
 use super::port::Port;
-use super::processor::{parse_request, result_js};
+use super::processor::{parse_output, parse_request, settle};
 use super::store::Store;
 use crate::engine::templates::{ActivateOutcome, TemplateLimits};
 use crate::engine::wait::{parse_inactivity_ttl, parse_template_decls, WaitArgs, WaitReply};
@@ -601,16 +601,20 @@ impl TouchEngine {
     }
 
     /// Runs one batch exactly as the reference worker would (no side effects).
-    #[napi(ts_args_type = "request: ProcessRequest", ts_return_type = "Promise<ProcessResult>")]
+    /// `request.output: "packed"` gives the touches as typed arrays (see `processRows`).
+    #[napi(
+        ts_generic_types = "R extends ProcessRequest = ProcessRequest",
+        ts_args_type = "request: R",
+        ts_return_type = "Promise<R extends { output: 'packed' } ? PackedProcessResult : ProcessResult>"
+    )]
     pub fn process_batch<'env>(&self, env: &'env Env, request: Unknown) -> napi::Result<Unknown<'env>> {
-        let parsed = parse_request(Js::new(env, request.raw()));
+        let parsed = (|| {
+            let req = Js::new(env, request.raw());
+            Ok((parse_request(req)?, parse_output(&req)?))
+        })();
         let store = self.engine.store().clone();
-        self.promise(env, parsed, move |req, ticket| {
-            crate::processor::source::process_from_store(
-                &store,
-                req,
-                Box::new(move |r| ticket.settle_with(r, result_js)),
-            );
+        self.promise(env, parsed, move |(req, output), ticket| {
+            crate::processor::source::process_from_store(&store, req, Box::new(move |r| settle(ticket, r, output)));
         })
     }
 

@@ -742,8 +742,11 @@ impl TouchJournal {
 
     /// Many touches in one call: `keyIds[i]` with `sourceOffsetSeqs[i]` and `routingKeys[i]`
     /// (a `BigUint64Array` holds routing keys as the numbers their 16 hex digits spell).
+    /// `hasRoutingKey` (a `Uint8Array`, only with a `BigUint64Array`) says which touches have a
+    /// routing key: where it is 0, `routingKeys[i]` is ignored. A packed batch result feeds it
+    /// as `touchMany(p.keyIds, p.watermarks, p.routingKeys, p.hasRoutingKey)`.
     #[napi(
-        ts_args_type = "keyIds: Uint32Array | number[], sourceOffsetSeqs?: BigInt64Array | bigint[] | null, routingKeys?: BigUint64Array | Array<string | null> | null"
+        ts_args_type = "keyIds: Uint32Array | number[], sourceOffsetSeqs?: BigInt64Array | bigint[] | null, routingKeys?: BigUint64Array | Array<string | null> | null, hasRoutingKey?: Uint8Array | null"
     )]
     pub fn touch_many(
         &self,
@@ -751,6 +754,7 @@ impl TouchJournal {
         key_ids_arg: Unknown,
         source_offset_seqs: Option<Unknown>,
         routing_keys_arg: Option<Unknown>,
+        has_routing_key_arg: Option<Unknown>,
     ) -> napi::Result<()> {
         let r = (|| {
             let keys_js = Js::new(env, key_ids_arg.raw());
@@ -812,12 +816,29 @@ impl TouchJournal {
             {
                 return Err(Error::invalid("keyIds, sourceOffsetSeqs and routingKeys must have the same length"));
             }
+            let mask_js = arg(env, &has_routing_key_arg).filter(|v| !v.is_nullish());
+            let mask: Option<&[u8]> = match &mask_js {
+                None => None,
+                Some(v) => {
+                    let bytes = match v.typed_bytes() {
+                        Some((sys::TypedarrayType::uint8_array, b)) => b,
+                        _ => return Err(Error::invalid("hasRoutingKey must be a Uint8Array")),
+                    };
+                    if rks_raw.is_none() {
+                        return Err(Error::invalid("hasRoutingKey needs routingKeys as a BigUint64Array"));
+                    }
+                    if bytes.len() != n {
+                        return Err(Error::invalid("hasRoutingKey must have the length of keyIds"));
+                    }
+                    Some(bytes)
+                }
+            };
             self.journal.touch_many((0..n).map(|i| Touch {
                 key_id: keys[i],
                 source_offset: seqs.map(|s| s[i]),
                 routing_key: match (rks, rks_raw) {
                     (Some(r), _) => r[i],
-                    (_, Some(r)) => Some(r[i]),
+                    (_, Some(r)) if mask.is_none_or(|m| m[i] != 0) => Some(r[i]),
                     _ => None,
                 },
             }));

@@ -4,6 +4,7 @@
 //! `ERR_INVALID_ARGUMENT` rejection naming the argument instead of a generic napi error thrown
 //! synchronously. [`js_error`] is the single place an [`Error`] becomes a JS `Error` with `code`.
 
+use std::ffi::c_void;
 use std::ptr;
 
 use napi::{sys, Env};
@@ -627,6 +628,44 @@ impl<'a> Out<'a> {
         Ok(ta)
     }
 
+    /// A typed array of `kind` over `data` itself: an external ArrayBuffer that frees the
+    /// vector when collected, so nothing is copied. Where the runtime refuses external buffers
+    /// (and for an empty vector) the elements are copied instead.
+    pub fn typed_array_from_vec<T: Copy + Send + 'static>(
+        &self,
+        kind: sys::napi_typedarray_type,
+        data: Vec<T>,
+    ) -> napi::Result<sys::napi_value> {
+        let len = data.len();
+        let byte_len = std::mem::size_of_val(data.as_slice());
+        if len > 0 {
+            let data = Box::new(data);
+            let ptr = data.as_ptr() as *mut c_void;
+            let hint = Box::into_raw(data);
+            let mut ab = ptr::null_mut();
+            let status = unsafe {
+                sys::napi_create_external_arraybuffer(
+                    self.raw(),
+                    ptr,
+                    byte_len,
+                    Some(drop_boxed_vec::<T>),
+                    hint as *mut c_void,
+                    &mut ab,
+                )
+            };
+            if status == sys::Status::napi_ok {
+                let mut ta = ptr::null_mut();
+                napi_ok(unsafe { sys::napi_create_typedarray(self.raw(), kind, len, ab, 0, &mut ta) })?;
+                return Ok(ta);
+            }
+            // Not taken (no finalizer will run): copy it.
+            let data = unsafe { Box::from_raw(hint) };
+            let bytes = unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, byte_len) };
+            return self.typed_array(kind, len, bytes);
+        }
+        self.typed_array(kind, 0, &[])
+    }
+
     /// A string of Latin-1 bytes (ASCII here).
     pub fn latin1(&self, s: &[u8]) -> napi::Result<sys::napi_value> {
         let mut v = ptr::null_mut();
@@ -665,4 +704,9 @@ impl Js {
         }
         Some((kind, unsafe { std::slice::from_raw_parts(data as *const u8, len * width) }))
     }
+}
+
+/// The finalizer of [`Out::typed_array_from_vec`]'s buffers.
+unsafe extern "C" fn drop_boxed_vec<T>(_env: sys::napi_env, _data: *mut c_void, hint: *mut c_void) {
+    drop(unsafe { Box::from_raw(hint as *mut Vec<T>) });
 }

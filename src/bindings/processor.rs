@@ -10,12 +10,13 @@ use napi::sys;
 use napi_derive::napi;
 
 use super::js::{script_fn, unknown, Js, Out};
-use super::port::Port;
+use super::port::{Port, Ticket};
 use crate::error::{Error, Result};
 use crate::jscompat::json::Value;
 use crate::jscompat::string::JsString;
+use crate::processor::packed::PackedResult;
 use crate::processor::{
-    pool, Granularity, Mode, ProcessRequest, ProcessResult, Row, TemplateRow, TouchKind, TouchSettings,
+    pool, Granularity, Mode, ProcessRequest, ProcessResult, Row, RowBuffer, TemplateRow, TouchKind, TouchSettings,
 };
 
 thread_local! {
@@ -107,6 +108,39 @@ pub(crate) fn parse_request(request: Js) -> Result<ProcessRequest> {
     Ok(req)
 }
 
+/// How a batch result carries its touches: `touches` objects (the reference's shape, the
+/// default) or `packed` typed arrays ([`packed_result_js`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Output {
+    #[default]
+    Objects,
+    Packed,
+}
+
+/// `request.output`: absent, null, `"objects"` or `"packed"`; anything else is rejected (the
+/// field is ours, so a typo should not silently fall back to objects).
+pub(crate) fn parse_output(request: &Js) -> Result<Output> {
+    let r = request.object("request")?;
+    match r.opt("output")? {
+        None => Ok(Output::Objects),
+        Some(v) if v.type_of() == sys::ValueType::napi_string => match v.string("request.output")?.as_str() {
+            "objects" => Ok(Output::Objects),
+            "packed" => Ok(Output::Packed),
+            _ => Err(Error::invalid("request.output must be \"objects\" or \"packed\"")),
+        },
+        Some(_) => Err(Error::invalid("request.output must be \"objects\" or \"packed\"")),
+    }
+}
+
+/// Settles `ticket` with a batch result in the requested form. Called where the batch ran:
+/// the packed columns are built there, off the JS thread.
+pub(crate) fn settle(ticket: Ticket, r: Result<ProcessResult>, output: Output) {
+    match output {
+        Output::Objects => ticket.settle_with(r.map(ObjectsResult::new), objects_result_js),
+        Output::Packed => ticket.settle_with(r.map(PackedResult::new), packed_result_js),
+    }
+}
+
 /// Reads `rows` in JS (one pass of JIT code instead of several N-API calls per row): returns
 /// `[offsets: BigInt64Array, tsMs: Float64Array, payloads: Uint8Array[], bytes, ends]`, or null
 /// when a payload is not a Uint8Array (strings then take the slow path). `bytes` (a Uint8Array)
@@ -157,37 +191,49 @@ const PACK_ROWS: &str = r#"(function () {
   };
 })()"#;
 
-fn parse_rows(env: &Env, rows: Js) -> Result<Vec<Row>> {
+/// The rows of a `processRows` call: in one buffer (the usual case), or one by one.
+enum ParsedRows {
+    Buffer(RowBuffer),
+    Rows(Vec<Row>),
+}
+
+fn parse_rows(env: &Env, rows: Js) -> Result<ParsedRows> {
     let packer = script_fn(env, PACK_ROWS).map_err(|e| Error::Internal(e.reason))?;
     let packed = super::js::call(env, packer, &[rows.raw]).map_err(Error::invalid)?;
     let packed = Js { env: env.raw(), raw: packed };
     if packed.is_nullish() {
-        return parse_rows_slowly(rows);
+        return parse_rows_slowly(rows).map(ParsedRows::Rows);
     }
     let column = |v: Js| -> Vec<u8> { v.typed_bytes().map(|(_, b)| b.to_vec()).unwrap_or_default() };
+    let words = |v: Js| -> Vec<[u8; 8]> {
+        let bytes = v.typed_bytes().map(|(_, b)| b).unwrap_or_default();
+        bytes.chunks_exact(8).map(|w| w.try_into().unwrap_or([0; 8])).collect()
+    };
+    let bytes = packed.element(3)?;
+    if !bytes.is_nullish() {
+        // All payloads in one buffer: copied once, the rows keep ranges into it.
+        let offsets: Vec<i64> = words(packed.element(0)?).into_iter().map(i64::from_ne_bytes).collect();
+        let ts: Vec<f64> = words(packed.element(1)?).into_iter().map(f64::from_ne_bytes).collect();
+        let all = bytes.byte_slice().unwrap_or_default();
+        let mut start = 0usize;
+        let ends: Vec<usize> = words(packed.element(4)?)
+            .into_iter()
+            .map(|w| {
+                start = (f64::from_ne_bytes(w) as usize).clamp(start, all.len());
+                start
+            })
+            .collect();
+        let bytes = all[..start].to_vec();
+        return RowBuffer::new(offsets, ts, ends, bytes)
+            .map(ParsedRows::Buffer)
+            .ok_or_else(|| Error::Internal("rows were packed inconsistently".into()));
+    }
     let (offsets, ts) = (column(packed.element(0)?), column(packed.element(1)?));
     let payloads = packed.element(2)?;
     let word =
         |b: &[u8], i: usize| -> [u8; 8] { b.get(i * 8..i * 8 + 8).and_then(|w| w.try_into().ok()).unwrap_or([0; 8]) };
     let n = offsets.len() / 8;
     let mut out = Vec::with_capacity(n);
-    let bytes = packed.element(3)?;
-    if !bytes.is_nullish() {
-        // All payloads in one buffer: two reads instead of three N-API calls per row.
-        let bytes = bytes.byte_slice().unwrap_or_default();
-        let ends = column(packed.element(4)?);
-        let mut start = 0usize;
-        for i in 0..n {
-            let end = (f64::from_ne_bytes(word(&ends, i)) as usize).clamp(start, bytes.len());
-            out.push(Row {
-                offset: i64::from_ne_bytes(word(&offsets, i)),
-                ts_ms: f64::from_ne_bytes(word(&ts, i)),
-                payload: bytes[start..end].to_vec(),
-            });
-            start = end;
-        }
-        return Ok(out);
-    }
     for i in 0..n {
         let payload = payloads.element(i as u32)?.byte_slice().map(<[u8]>::to_vec).unwrap_or_default();
         out.push(Row {
@@ -196,7 +242,7 @@ fn parse_rows(env: &Env, rows: Js) -> Result<Vec<Row>> {
             payload,
         });
     }
-    Ok(out)
+    Ok(ParsedRows::Rows(out))
 }
 
 fn parse_rows_slowly(rows: Js) -> Result<Vec<Row>> {
@@ -248,9 +294,14 @@ fn parse_templates(templates: Option<Js>) -> Result<Vec<TemplateRow>> {
 /// off the JS thread. Resolves `{ stream, processedThrough, touches, stats }` exactly as the
 /// reference worker replies; rejects with `ERR_TOUCH_NOT_ENABLED`, `ERR_PROCESSING`
 /// (`onMissingBefore: "error"`) or `ERR_INVALID_ARGUMENT`.
+///
+/// With `request.output: "packed"` it resolves `{ stream, processedThrough, packed, stats }`
+/// instead: the same touches in the same order as typed arrays (`PackedTouches`), with no
+/// object per touch. `unpackTouches` (`durable-touch/packed`) rebuilds the objects.
 #[napi(
-    ts_args_type = "rows: Array<{ offset: bigint | number; tsMs: number; payload: Buffer | Uint8Array | string }>, request: ProcessRequest, templates?: Array<ActiveTemplate> | undefined | null",
-    ts_return_type = "Promise<ProcessResult>"
+    ts_generic_types = "R extends ProcessRequest = ProcessRequest",
+    ts_args_type = "rows: Array<{ offset: bigint | number; tsMs: number; payload: Buffer | Uint8Array | string }>, request: R, templates?: Array<ActiveTemplate> | undefined | null",
+    ts_return_type = "Promise<R extends { output: 'packed' } ? PackedProcessResult : ProcessResult>"
 )]
 pub fn process_rows<'env>(
     env: &'env Env,
@@ -260,21 +311,29 @@ pub fn process_rows<'env>(
 ) -> napi::Result<Unknown<'env>> {
     let parsed = (|| {
         let req = parse_request(Js::new(env, request.raw()))?;
+        let output = parse_output(&Js::new(env, request.raw()))?;
         let rows = parse_rows(env, Js::new(env, rows.raw()))?;
         let templates = parse_templates(templates.as_ref().map(|t| Js::new(env, t.raw())))?;
-        Ok((req, rows, templates))
+        Ok((req, output, rows, templates))
     })();
-    let (req, rows, templates) = match parsed {
+    let (req, output, rows, templates) = match parsed {
         Ok(v) => v,
         Err(e) => return Ok(unknown(env, Port::rejected(env, &e)?)),
     };
     let (ticket, promise) = port(env)?.promise(env)?;
-    pool::process(req, rows, templates, Box::new(move |r| ticket.settle_with(r, result_js)));
+    let reply = Box::new(move |r| settle(ticket, r, output));
+    match rows {
+        ParsedRows::Buffer(rows) => pool::process_buffer(req, rows, templates, reply),
+        ParsedRows::Rows(rows) => pool::process(req, rows, templates, reply),
+    }
     Ok(unknown(env, promise))
 }
 
 /// Builds the touch objects in JS from columns (far cheaper than six N-API property sets per
-/// touch). The distinct watermarks come as one decimal text and where each one ends. `flags`: bit 0 = has a routing key, bit 1 = kind "template". Absent routing keys
+/// touch). The distinct watermarks come as one decimal text and where each one ends. `flags`:
+/// bit 0 = has a routing key, bit 1 = kind "template", bit 2 = the same routing key as the
+/// touch before (sorted by key id, a key's touches are adjacent): `routing` holds the 16 hex
+/// digits of the others only, in order, and the repeats share one string. Absent routing keys
 /// and template ids are own properties holding `undefined`, as in the reference's messages.
 const BUILD_TOUCHES: &str = r#"(function buildTouches(n, keyIds, routing, flags, wmIdx, wmText, wmEnds, entIdx, ent, tplIdx, tpl) {
   const wm = new Array(wmEnds.length);
@@ -284,12 +343,18 @@ const BUILD_TOUCHES: &str = r#"(function buildTouches(n, keyIds, routing, flags,
     s = e;
   }
   const out = new Array(n);
+  let rk = undefined;
+  let r = 0;
   for (let i = 0; i < n; i++) {
     const f = flags[i];
     const t = tplIdx[i];
+    if ((f & 5) === 1) {
+      rk = routing.substring(r, r + 16);
+      r += 16;
+    }
     out[i] = {
       keyId: keyIds[i],
-      routingKey: (f & 1) !== 0 ? routing.substring(i * 16, i * 16 + 16) : undefined,
+      routingKey: (f & 1) !== 0 ? rk : undefined,
       watermark: wm[wmIdx[i]],
       entity: ent[entIdx[i]],
       kind: (f & 2) !== 0 ? "template" : "table",
@@ -299,71 +364,105 @@ const BUILD_TOUCHES: &str = r#"(function buildTouches(n, keyIds, routing, flags,
   return out;
 })"#;
 
-fn touches_js(env: &Env, r: &ProcessResult) -> napi::Result<sys::napi_value> {
-    let out = Out::new(env);
-    let n = r.touches.len();
-    let mut key_ids = Vec::with_capacity(n * 4);
-    let mut routing = Vec::with_capacity(n * 16);
-    let mut flags = Vec::with_capacity(n);
-    let mut wm_idx = Vec::with_capacity(n * 4);
-    let mut ent_idx = Vec::with_capacity(n * 4);
-    let mut tpl_idx = Vec::with_capacity(n * 4);
-    // Watermarks are the offsets of the batch's rows: index them densely from the smallest.
-    let lo = r.touches.iter().map(|t| t.watermark).min().unwrap_or(0);
-    let hi = r.touches.iter().map(|t| t.watermark).max().unwrap_or(0);
-    let dense = hi.saturating_sub(lo) < (4 * n as i64).max(1 << 16);
-    let mut watermarks: Vec<i64> = Vec::new();
-    let mut wm_slot: Vec<u32> = if dense { vec![u32::MAX; (hi - lo + 1) as usize] } else { Vec::new() };
-    let mut wm_index: rustc_hash::FxHashMap<i64, u32> = rustc_hash::FxHashMap::default();
-    let mut hex = [b'0'; 16];
-    for t in &r.touches {
-        key_ids.extend_from_slice(&t.key_id.to_ne_bytes());
-        match t.routing_key {
-            Some(k) => {
-                hex16_into(k, &mut hex);
-                routing.extend_from_slice(&hex);
-            }
-            None => routing.extend_from_slice(b"0000000000000000"),
-        }
-        flags.push(t.routing_key.is_some() as u8 | (((t.kind == TouchKind::Template) as u8) << 1));
-        let w = if dense {
-            let slot = &mut wm_slot[(t.watermark - lo) as usize];
-            if *slot == u32::MAX {
-                watermarks.push(t.watermark);
-                *slot = (watermarks.len() - 1) as u32;
-            }
-            *slot
-        } else {
-            *wm_index.entry(t.watermark).or_insert_with(|| {
-                watermarks.push(t.watermark);
-                (watermarks.len() - 1) as u32
-            })
+/// The columns [`BUILD_TOUCHES`] reads, prepared where the batch ran (off the JS thread).
+pub(crate) struct ObjectColumns {
+    key_ids: Vec<u32>,
+    /// 16 hex digits per routing key that is not a repeat of the touch before's.
+    routing: Vec<u8>,
+    flags: Vec<u8>,
+    wm_idx: Vec<u32>,
+    /// The distinct watermarks in decimal, back to back, and where each one ends.
+    wm_text: Vec<u8>,
+    wm_ends: Vec<u32>,
+    ent_idx: Vec<u32>,
+    tpl_idx: Vec<u32>,
+}
+
+/// A batch result ready to become touch objects (`result.touches` moved into `columns`).
+pub(crate) struct ObjectsResult {
+    result: ProcessResult,
+    columns: ObjectColumns,
+}
+
+impl ObjectsResult {
+    pub(crate) fn new(mut r: ProcessResult) -> ObjectsResult {
+        let touches = std::mem::take(&mut r.touches);
+        let n = touches.len();
+        let mut c = ObjectColumns {
+            key_ids: Vec::with_capacity(n),
+            routing: Vec::with_capacity(n * 16),
+            flags: Vec::with_capacity(n),
+            wm_idx: Vec::with_capacity(n),
+            wm_text: Vec::new(),
+            wm_ends: Vec::new(),
+            ent_idx: Vec::with_capacity(n),
+            tpl_idx: Vec::with_capacity(n),
         };
-        wm_idx.extend_from_slice(&w.to_ne_bytes());
-        ent_idx.extend_from_slice(&t.entity.to_ne_bytes());
-        tpl_idx.extend_from_slice(&t.template.unwrap_or(u32::MAX).to_ne_bytes());
+        // Watermarks are the offsets of the batch's rows: index them densely from the smallest.
+        let lo = touches.iter().map(|t| t.watermark).min().unwrap_or(0);
+        let hi = touches.iter().map(|t| t.watermark).max().unwrap_or(0);
+        let dense = hi.saturating_sub(lo) < (4 * n as i64).max(1 << 16);
+        let mut watermarks: Vec<i64> = Vec::new();
+        let mut wm_slot: Vec<u32> = if dense { vec![u32::MAX; (hi - lo + 1) as usize] } else { Vec::new() };
+        let mut wm_index: rustc_hash::FxHashMap<i64, u32> = rustc_hash::FxHashMap::default();
+        let mut hex = [b'0'; 16];
+        let mut previous: Option<u64> = None;
+        for t in &touches {
+            c.key_ids.push(t.key_id);
+            let repeat = t.routing_key.is_some() && t.routing_key == previous;
+            if let (Some(k), false) = (t.routing_key, repeat) {
+                hex16_into(k, &mut hex);
+                c.routing.extend_from_slice(&hex);
+            }
+            previous = t.routing_key;
+            c.flags.push(
+                t.routing_key.is_some() as u8 | (((t.kind == TouchKind::Template) as u8) << 1) | ((repeat as u8) << 2),
+            );
+            let w = if dense {
+                let slot = &mut wm_slot[(t.watermark - lo) as usize];
+                if *slot == u32::MAX {
+                    watermarks.push(t.watermark);
+                    *slot = (watermarks.len() - 1) as u32;
+                }
+                *slot
+            } else {
+                *wm_index.entry(t.watermark).or_insert_with(|| {
+                    watermarks.push(t.watermark);
+                    (watermarks.len() - 1) as u32
+                })
+            };
+            c.wm_idx.push(w);
+            c.ent_idx.push(t.entity);
+            c.tpl_idx.push(t.template.unwrap_or(u32::MAX));
+        }
+        let mut decimal = itoa_buf();
+        c.wm_text.reserve(watermarks.len() * 8);
+        c.wm_ends.reserve(watermarks.len());
+        for w in &watermarks {
+            c.wm_text.extend_from_slice(decimal.format(*w));
+            c.wm_ends.push(c.wm_text.len() as u32);
+        }
+        ObjectsResult { result: r, columns: c }
     }
-    let mut decimal = itoa_buf();
-    let mut wm_text = Vec::with_capacity(watermarks.len() * 8);
-    let mut wm_ends = Vec::with_capacity(watermarks.len() * 4);
-    for w in &watermarks {
-        wm_text.extend_from_slice(decimal.format(*w));
-        wm_ends.extend_from_slice(&(wm_text.len() as u32).to_ne_bytes());
-    }
+}
+
+fn touches_js(env: &Env, r: &ProcessResult, c: ObjectColumns) -> napi::Result<sys::napi_value> {
+    let out = Out::new(env);
+    let n = c.key_ids.len();
     let ent = r.entities.iter().map(|e| out.js_str(e.as_bytes())).collect::<napi::Result<Vec<_>>>()?;
     let tpl = r.template_ids.iter().map(|t| out.str(t)).collect::<napi::Result<Vec<_>>>()?;
     use sys::TypedarrayType as T;
     let args = [
         out.num(n as f64)?,
-        out.typed_array(T::uint32_array, n, &key_ids)?,
-        out.latin1(&routing)?,
-        out.typed_array(T::uint8_array, n, &flags)?,
-        out.typed_array(T::uint32_array, n, &wm_idx)?,
-        out.latin1(&wm_text)?,
-        out.typed_array(T::uint32_array, watermarks.len(), &wm_ends)?,
-        out.typed_array(T::uint32_array, n, &ent_idx)?,
+        out.typed_array_from_vec(T::uint32_array, c.key_ids)?,
+        out.latin1(&c.routing)?,
+        out.typed_array_from_vec(T::uint8_array, c.flags)?,
+        out.typed_array_from_vec(T::uint32_array, c.wm_idx)?,
+        out.latin1(&c.wm_text)?,
+        out.typed_array_from_vec(T::uint32_array, c.wm_ends)?,
+        out.typed_array_from_vec(T::uint32_array, c.ent_idx)?,
         out.array(ent)?,
-        out.typed_array(T::uint32_array, n, &tpl_idx)?,
+        out.typed_array_from_vec(T::uint32_array, c.tpl_idx)?,
         out.array(tpl)?,
     ];
     let builder = script_fn(env, BUILD_TOUCHES)?;
@@ -372,10 +471,26 @@ fn touches_js(env: &Env, r: &ProcessResult) -> napi::Result<sys::napi_value> {
 
 /// Builds the result object on the JS thread.
 pub fn result_js(env: &Env, r: ProcessResult) -> napi::Result<sys::napi_value> {
-    let out = Out::new(env);
-    let touches = touches_js(env, &r)?;
+    objects_result_js(env, ObjectsResult::new(r))
+}
 
-    let s = &r.stats;
+/// [`result_js`] from columns already prepared.
+pub(crate) fn objects_result_js(env: &Env, o: ObjectsResult) -> napi::Result<sys::napi_value> {
+    let out = Out::new(env);
+    let ObjectsResult { result: r, columns } = o;
+    let touches = touches_js(env, &r, columns)?;
+
+    let stats = stats_js(&out, &r.stats)?;
+
+    let result = out.object()?;
+    out.set(result, "stream", out.str(&r.stream)?)?;
+    out.set(result, "processedThrough", out.bigint(r.processed_through)?)?;
+    out.set(result, "touches", touches)?;
+    out.set(result, "stats", stats)?;
+    Ok(result)
+}
+
+fn stats_js(out: &Out, s: &crate::processor::ProcessStats) -> napi::Result<sys::napi_value> {
     let stats = out.object()?;
     for (name, v) in [
         ("rowsRead", s.rows_read),
@@ -391,12 +506,35 @@ pub fn result_js(env: &Env, r: ProcessResult) -> napi::Result<sys::napi_value> {
     }
     out.set(stats, "fineTouchesSuppressedDueToBudget", out.bool(s.fine_touches_suppressed_due_to_budget)?)?;
     out.set(stats, "fineTouchesSkippedColdTemplate", out.num(s.fine_touches_skipped_cold_template)?)?;
+    Ok(stats)
+}
+
+/// Builds `{ stream, processedThrough, packed, stats }` (see [`PackedTouches`]): the columns
+/// become typed arrays over their own memory (nothing is copied) beside two small string
+/// tables, whatever the number of touches.
+pub fn packed_result_js(env: &Env, p: PackedResult) -> napi::Result<sys::napi_value> {
+    let out = Out::new(env);
+    let PackedResult { result: r, columns: c } = p;
+    use sys::TypedarrayType as T;
+    let packed = out.object()?;
+    out.set(packed, "count", out.num(c.len() as f64)?)?;
+    out.set(packed, "keyIds", out.typed_array_from_vec(T::uint32_array, c.key_ids)?)?;
+    out.set(packed, "watermarks", out.typed_array_from_vec(T::bigint64_array, c.watermarks)?)?;
+    out.set(packed, "routingKeys", out.typed_array_from_vec(T::biguint64_array, c.routing_keys)?)?;
+    out.set(packed, "hasRoutingKey", out.typed_array_from_vec(T::uint8_array, c.has_routing_key)?)?;
+    out.set(packed, "kinds", out.typed_array_from_vec(T::uint8_array, c.kinds)?)?;
+    let ent = r.entities.iter().map(|e| out.js_str(e.as_bytes())).collect::<napi::Result<Vec<_>>>()?;
+    out.set(packed, "entities", out.array(ent)?)?;
+    out.set(packed, "entityIndex", out.typed_array_from_vec(T::uint32_array, c.entity_index)?)?;
+    let tpl = r.template_ids.iter().map(|t| out.str(t)).collect::<napi::Result<Vec<_>>>()?;
+    out.set(packed, "templateIds", out.array(tpl)?)?;
+    out.set(packed, "templateIndex", out.typed_array_from_vec(T::uint32_array, c.template_index)?)?;
 
     let result = out.object()?;
     out.set(result, "stream", out.str(&r.stream)?)?;
     out.set(result, "processedThrough", out.bigint(r.processed_through)?)?;
-    out.set(result, "touches", touches)?;
-    out.set(result, "stats", stats)?;
+    out.set(result, "packed", packed)?;
+    out.set(result, "stats", stats_js(&out, &r.stats)?)?;
     Ok(result)
 }
 
@@ -455,11 +593,24 @@ pub struct ProcessRequestJs {
     pub filter_hot_templates: Option<bool>,
     #[napi(ts_type = "string[] | null")]
     pub hot_template_ids: Option<Vec<String>>,
+    /// Ours (not the reference's): `"packed"` resolves a `PackedProcessResult` (touches as
+    /// typed arrays) instead of touch objects; absent, null or `"objects"` keeps the default.
+    #[napi(ts_type = "'objects' | 'packed' | null")]
+    pub output: Option<String>,
 }
 
 // Silence "unused" for the typing-only structs.
 #[allow(dead_code)]
-fn _typing_only(_: ProcessRequestJs, _: ActiveTemplate, _: TouchRow, _: ProcessStatsJs, _: ProcessResultJs) {}
+fn _typing_only(
+    _: ProcessRequestJs,
+    _: ActiveTemplate,
+    _: TouchRow,
+    _: ProcessStatsJs,
+    _: ProcessResultJs,
+    _: PackedTouches,
+    _: PackedProcessResult,
+) {
+}
 
 /// An active template of the stream (a `live_templates` row with its JSON columns read).
 #[napi(object, object_to_js = false)]
@@ -506,6 +657,43 @@ pub struct ProcessResultJs {
     pub stream: String,
     pub processed_through: i64n,
     pub touches: Vec<TouchRow>,
+    pub stats: ProcessStatsJs,
+}
+
+/// The touches of a batch as columns, in emitted order: touch `i` is `keyIds[i]`,
+/// `watermarks[i]` (the source offset; the object form's decimal `watermark`),
+/// `routingKeys[i]` when `hasRoutingKey[i]` is 1 (the 64-bit number its 16 hex digits spell;
+/// 0 where there is none), `kinds[i]` (0 table, 1 template), `entities[entityIndex[i]]`, and
+/// `templateIds[templateIndex[i]]` (`templateIndex[i]` is 0xFFFFFFFF where there is none).
+/// Feed a journal with `journal.touchMany(p.keyIds, p.watermarks, p.routingKeys,
+/// p.hasRoutingKey)`; `unpackTouches(p)` (`durable-touch/packed`) rebuilds the `TouchRow`s.
+#[napi(object, object_from_js = false)]
+pub struct PackedTouches {
+    pub count: u32,
+    #[napi(ts_type = "Uint32Array")]
+    pub key_ids: Vec<u32>,
+    #[napi(ts_type = "BigInt64Array")]
+    pub watermarks: Vec<u32>,
+    #[napi(ts_type = "BigUint64Array")]
+    pub routing_keys: Vec<u32>,
+    #[napi(ts_type = "Uint8Array")]
+    pub has_routing_key: Vec<u32>,
+    #[napi(ts_type = "Uint8Array")]
+    pub kinds: Vec<u32>,
+    pub entities: Vec<String>,
+    #[napi(ts_type = "Uint32Array")]
+    pub entity_index: Vec<u32>,
+    pub template_ids: Vec<String>,
+    #[napi(ts_type = "Uint32Array")]
+    pub template_index: Vec<u32>,
+}
+
+/// The result of `processRows` / `processBatch` with `output: "packed"`.
+#[napi(object, object_from_js = false)]
+pub struct PackedProcessResult {
+    pub stream: String,
+    pub processed_through: i64n,
+    pub packed: PackedTouches,
     pub stats: ProcessStatsJs,
 }
 

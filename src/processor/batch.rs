@@ -11,7 +11,9 @@ use std::borrow::Cow;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
-use super::{Granularity, Plan, ProcessRequest, ProcessResult, ProcessStats, Row, TemplateRow, Touch, TouchKind};
+use super::{
+    Granularity, Plan, ProcessRequest, ProcessResult, ProcessStats, Row, RowRef, TemplateRow, Touch, TouchKind,
+};
 use crate::changes::{
     decode_payload, fields_equal, is_projected_field_value, read_record, read_record_ascii, Entries, Field, Image, Op,
     Record, RowChange,
@@ -123,9 +125,20 @@ struct Batch<'p> {
 /// ignored, as a range read would not return them) with the stream's active `templates` in
 /// the order the store returns them (B23).
 pub fn process_rows(request: &ProcessRequest, rows: &[Row], templates: &[TemplateRow]) -> Result<ProcessResult> {
+    process_row_refs(request, rows.len(), rows.iter().map(Row::as_ref), templates)
+}
+
+/// [`process_rows`] over borrowed rows (a [`RowBuffer`](super::RowBuffer)'s, say); `count` is
+/// how many there are (for reserving).
+pub fn process_row_refs<'r>(
+    request: &ProcessRequest,
+    count: usize,
+    rows: impl IntoIterator<Item = RowRef<'r>>,
+    templates: &[TemplateRow],
+) -> Result<ProcessResult> {
     let plan = request.plan()?;
     let mut batch = Batch::new(&plan, if plan.emit_fine { templates } else { &[] });
-    batch.reserve(rows.len());
+    batch.reserve(count);
     let mut processed_through = request.from_offset - 1;
     let mut last_offset: Option<i64> = None;
     // Template-key touches of hotTemplatesOnly mode, per entity in first-seen order:
@@ -159,16 +172,16 @@ pub fn process_rows(request: &ProcessRequest, rows: &[Row], templates: &[Templat
             batch.stats.max_source_ts_ms = ts;
         }
         let text;
-        let record = match read_record_ascii(&row.payload, capture_images) {
+        let record = match read_record_ascii(row.payload, capture_images) {
             Some(record) => record,
             None => {
-                text = decode_payload(&row.payload);
+                text = decode_payload(row.payload);
                 read_record(&text, capture_images)
             }
         };
         let change = match record {
             Record::Change(change) => change,
-            Record::NoChange if plan.complete && is_control_record(&decode_payload(&row.payload)) => {
+            Record::NoChange if plan.complete && is_control_record(&decode_payload(row.payload)) => {
                 batch.stats.control_records += 1.0;
                 continue;
             }
@@ -620,10 +633,16 @@ impl<'p> Batch<'p> {
                 end += 1;
             }
             if end - start > 1 {
-                order[start..end].sort_by_key(|&p| {
-                    let t = at(p as u32);
+                let key = |p: &u64| {
+                    let t = at(*p as u32);
                     (t.routing_key.is_some(), t.routing_key.unwrap_or(0), t.watermark)
-                });
+                };
+                // A run is usually one key's touches, already in watermark order: checking
+                // that reads each touch once, where even a sort of sorted input reads it twice.
+                let run = &mut order[start..end];
+                if !run.is_sorted_by_key(key) {
+                    run.sort_by_key(key);
+                }
             }
             start = end;
         }

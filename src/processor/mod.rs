@@ -8,10 +8,12 @@
 //!   failing alone (P13, P14);
 //! - [`source`]: reading a batch's rows and active templates from the native [`Store`]
 //!   (P3's query, S10's range read).
+//! - [`packed`]: a result's touches as columns (the bindings' `output: "packed"`).
 //!
 //! [`Store`]: crate::store::Store
 
 pub mod batch;
+pub mod packed;
 pub mod pool;
 pub mod source;
 
@@ -21,7 +23,7 @@ use crate::jscompat::number::js_max;
 use crate::jscompat::string::JsString;
 use crate::spec::{OnMissingBefore, TouchConfig};
 
-pub use batch::process_rows;
+pub use batch::{process_row_refs, process_rows};
 
 /// One WAL row.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +33,57 @@ pub struct Row {
     /// nothing (P4).
     pub ts_ms: f64,
     pub payload: Vec<u8>,
+}
+
+impl Row {
+    pub fn as_ref(&self) -> RowRef<'_> {
+        RowRef { offset: self.offset, ts_ms: self.ts_ms, payload: &self.payload }
+    }
+}
+
+/// A borrowed WAL row: what the batch algorithm reads.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowRef<'a> {
+    pub offset: i64,
+    pub ts_ms: f64,
+    pub payload: &'a [u8],
+}
+
+/// Rows with all payloads in one buffer (one allocation for a whole batch instead of one per
+/// row): row `i` is `offsets[i]`, `ts_ms[i]` and `bytes[ends[i - 1]..ends[i]]`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RowBuffer {
+    offsets: Vec<i64>,
+    ts_ms: Vec<f64>,
+    ends: Vec<usize>,
+    bytes: Vec<u8>,
+}
+
+impl RowBuffer {
+    /// `None` unless the three columns have the same length and `ends` ascend within `bytes`.
+    pub fn new(offsets: Vec<i64>, ts_ms: Vec<f64>, ends: Vec<usize>, bytes: Vec<u8>) -> Option<RowBuffer> {
+        let ok = offsets.len() == ts_ms.len()
+            && offsets.len() == ends.len()
+            && ends.windows(2).all(|w| w[0] <= w[1])
+            && ends.last().is_none_or(|&e| e <= bytes.len());
+        ok.then_some(RowBuffer { offsets, ts_ms, ends, bytes })
+    }
+
+    pub fn len(&self) -> usize {
+        self.offsets.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.offsets.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = RowRef<'_>> + '_ {
+        (0..self.len()).map(move |i| RowRef {
+            offset: self.offsets[i],
+            ts_ms: self.ts_ms[i],
+            payload: &self.bytes[if i == 0 { 0 } else { self.ends[i - 1] }..self.ends[i]],
+        })
+    }
 }
 
 /// A live template as stored in `live_templates` (fields and encodings already read from
@@ -320,5 +373,27 @@ impl ProcessResult {
 
     pub fn template_id(&self, t: &Touch) -> Option<&str> {
         t.template.map(|i| self.template_ids[i as usize].as_str())
+    }
+}
+
+#[cfg(test)]
+mod row_buffer_tests {
+    use super::*;
+
+    #[test]
+    fn a_row_buffer_yields_its_rows() {
+        let b = RowBuffer::new(vec![4, 7, 9], vec![1.0, 2.0, f64::NAN], vec![2, 2, 5], b"abcde".to_vec()).unwrap();
+        let rows: Vec<(i64, &[u8])> = b.iter().map(|r| (r.offset, r.payload)).collect();
+        assert_eq!(rows, vec![(4, &b"ab"[..]), (7, &b""[..]), (9, &b"cde"[..])]);
+        assert!(b.iter().nth(2).unwrap().ts_ms.is_nan());
+        assert_eq!(b.len(), 3);
+        assert!(RowBuffer::new(vec![], vec![], vec![], vec![]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_bad_row_buffer_is_refused() {
+        assert!(RowBuffer::new(vec![1], vec![], vec![1], b"a".to_vec()).is_none());
+        assert!(RowBuffer::new(vec![1, 2], vec![0.0, 0.0], vec![2, 1], b"ab".to_vec()).is_none());
+        assert!(RowBuffer::new(vec![1], vec![0.0], vec![3], b"ab".to_vec()).is_none());
     }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use super::{process_rows, ProcessRequest, ProcessResult, Row, TemplateRow};
+use super::{process_row_refs, process_rows, ProcessRequest, ProcessResult, Row, RowBuffer, TemplateRow};
 use crate::error::catch_panic;
 use crate::store::Reply;
 
@@ -30,9 +30,26 @@ pub fn spawn<T: Send + 'static>(job: impl FnOnce() -> crate::Result<T> + Send + 
     pool().spawn(move || reply(catch_panic(job)));
 }
 
-/// Processes one batch on the pool.
+/// Processes one batch on the pool. The rows are freed after the reply, so the caller does not
+/// wait for that.
 pub fn process(request: ProcessRequest, rows: Vec<Row>, templates: Vec<TemplateRow>, reply: Reply<ProcessResult>) {
-    spawn(move || process_rows(&request, &rows, &templates), reply);
+    pool().spawn(move || {
+        reply(catch_panic(|| process_rows(&request, &rows, &templates)));
+        drop((rows, templates));
+    });
+}
+
+/// [`process`] for rows in one buffer.
+pub fn process_buffer(
+    request: ProcessRequest,
+    rows: RowBuffer,
+    templates: Vec<TemplateRow>,
+    reply: Reply<ProcessResult>,
+) {
+    pool().spawn(move || {
+        reply(catch_panic(|| process_row_refs(&request, rows.len(), rows.iter(), &templates)));
+        drop((rows, templates));
+    });
 }
 
 #[cfg(test)]
@@ -63,6 +80,28 @@ mod tests {
                 assert_eq!(r.unwrap().touches.len(), 10);
             }
         }
+    }
+
+    #[test]
+    fn rows_in_one_buffer_give_the_same_batch() {
+        let rows = p17_rows();
+        let mut ends = Vec::new();
+        let mut bytes = Vec::new();
+        for r in &rows {
+            bytes.extend_from_slice(&r.payload);
+            ends.push(bytes.len());
+        }
+        let buffer = RowBuffer::new(
+            rows.iter().map(|r| r.offset).collect(),
+            rows.iter().map(|r| r.ts_ms).collect(),
+            ends,
+            bytes,
+        )
+        .unwrap();
+        let from_rows = blocking(|reply| process(p17_request(), rows, vec![p17_template()], reply)).unwrap();
+        let from_buffer = blocking(|reply| process_buffer(p17_request(), buffer, vec![p17_template()], reply)).unwrap();
+        assert_eq!(from_rows.touches.len(), 10);
+        assert_eq!(from_buffer, from_rows);
     }
 
     #[test]
