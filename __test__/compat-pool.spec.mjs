@@ -8,21 +8,13 @@ import { test, dt } from "./harness.mjs";
 import { runReference, referenceAvailable } from "./reference.mjs";
 import { rng } from "./support/random-cases.mjs";
 import { randomRows, randomTemplates, randomRequest } from "./support/random-records.mjs";
+import { P17_ROWS as P17 } from "./support/p17.mjs";
 
 const skip = !referenceAvailable();
 const norm = (v) => JSON.parse(JSON.stringify(v, (_, x) => (typeof x === "bigint" ? `${x}n` : x)));
 
-const img = (author, title) => ({ id: 1, authorId: author, status: "published", title });
-const P17_ROWS = [
-  [1000, { type: "public.posts", key: "1", value: img(42, "A"), headers: { operation: "insert" } }],
-  [1010, { type: "public.posts", key: "1", value: img(42, "B"), old_value: img(42, "A"), headers: { operation: "update" } }],
-  [1020, { type: "public.posts", key: "1", value: img(43, "B"), old_value: img(42, "B"), headers: { operation: "update" } }],
-  [1030, { type: "public.posts", key: "1", value: img(43, "C"), headers: { operation: "update" } }],
-  [1500, { type: "public.posts", key: "1", old_value: img(43, "C"), headers: { operation: "delete" } }],
-  [1600, { headers: { control: "reset" } }],
-  [1650, "{not json"],
-  [1700, { type: "public.users", key: "9", value: { id: 9 }, headers: { operation: "insert" } }],
-].map(([tsMs, v]) => ({ tsMs, payloadBase64: Buffer.from(typeof v === "string" ? v : JSON.stringify(v)).toString("base64") }));
+// The P17 scenarios (support/p17.mjs), with payloads as the host driver hands them over.
+const P17_ROWS = P17.map(({ tsMs, payload }) => ({ tsMs, payloadBase64: payload.toString("base64") }));
 const P17_TEMPLATE = { templateId: "87e41f4a8d440298", entity: "public.posts", fieldsJson: '["authorId","status"]', encodingsJson: '["int64","string"]', activeFromSourceOffset: 0 };
 
 function p17Requests() {
