@@ -7,6 +7,13 @@ import { test, dt, rejectsWithCode } from "./harness.mjs";
 
 const { TouchJournal } = dt;
 
+test("both runtimes take the JavaScript methods (installed at load)", () => {
+  for (const name of ["waitForAny", "touch"]) {
+    const source = String(TouchJournal.prototype[name]);
+    assert.match(source, /handleFor\(this\)/, `${name} is the installed JS method`);
+  }
+});
+
 test("each field of the argument is read exactly once, in a fixed order", async () => {
   const j = new TouchJournal();
   const reads = [];

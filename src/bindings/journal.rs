@@ -575,9 +575,16 @@ fn touch_args(
 }
 
 /// Installs the JavaScript `waitForAny` and `touch` over the native methods when the module loads.
+/// Best effort: should a runtime refuse (no `napi_run_script`, say), the native methods stay in
+/// place, with the same behaviour at a higher cost per call, rather than the module failing to
+/// load. (`journal-js-methods.spec.mjs` checks that both runtimes we test take the JS methods.)
 #[napi(module_exports)]
 pub fn install_js_methods(exports: Object, env: Env) -> napi::Result<()> {
-    let env = &env;
+    let _ = try_install_js_methods(&env, Js::new(&env, exports.raw()));
+    Ok(())
+}
+
+fn try_install_js_methods(env: &Env, exports: Js) -> napi::Result<()> {
     const SOURCE: &str = r#"(function (proto, handleOf, waitFast, touchFast) {
   "use strict";
   const handle = Symbol("durable-touch.journalHandle");
@@ -601,7 +608,6 @@ pub fn install_js_methods(exports: Object, env: Env) -> napi::Result<()> {
     touchFast(handleFor(this), keyId, sourceOffsetSeq, routingKey);
   }));
 })"#;
-    let exports = Js::new(env, exports.raw());
     let get = |obj: &Js, name: &str| -> napi::Result<Js> {
         obj.get(name)
             .ok()
