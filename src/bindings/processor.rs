@@ -469,24 +469,26 @@ fn touches_js(env: &Env, r: &ProcessResult, c: ObjectColumns) -> napi::Result<sy
     super::js::call(env, builder, &args).map_err(napi::Error::from_reason)
 }
 
-/// Builds the result object on the JS thread.
-pub fn result_js(env: &Env, r: ProcessResult) -> napi::Result<sys::napi_value> {
-    objects_result_js(env, ObjectsResult::new(r))
-}
-
-/// [`result_js`] from columns already prepared.
+/// Builds `{ stream, processedThrough, touches, stats }` on the JS thread from columns
+/// prepared where the batch ran.
 pub(crate) fn objects_result_js(env: &Env, o: ObjectsResult) -> napi::Result<sys::napi_value> {
-    let out = Out::new(env);
     let ObjectsResult { result: r, columns } = o;
     let touches = touches_js(env, &r, columns)?;
+    batch_result_js(&Out::new(env), &r, "touches", touches)
+}
 
-    let stats = stats_js(&out, &r.stats)?;
-
+/// `{ stream, processedThrough, <touches>: value, stats }`, the envelope of both output forms.
+fn batch_result_js(
+    out: &Out,
+    r: &ProcessResult,
+    touches: &str,
+    value: sys::napi_value,
+) -> napi::Result<sys::napi_value> {
     let result = out.object()?;
     out.set(result, "stream", out.str(&r.stream)?)?;
     out.set(result, "processedThrough", out.bigint(r.processed_through)?)?;
-    out.set(result, "touches", touches)?;
-    out.set(result, "stats", stats)?;
+    out.set(result, touches, value)?;
+    out.set(result, "stats", stats_js(out, &r.stats)?)?;
     Ok(result)
 }
 
@@ -529,13 +531,7 @@ pub fn packed_result_js(env: &Env, p: PackedResult) -> napi::Result<sys::napi_va
     let tpl = r.template_ids.iter().map(|t| out.str(t)).collect::<napi::Result<Vec<_>>>()?;
     out.set(packed, "templateIds", out.array(tpl)?)?;
     out.set(packed, "templateIndex", out.typed_array_from_vec(T::uint32_array, c.template_index)?)?;
-
-    let result = out.object()?;
-    out.set(result, "stream", out.str(&r.stream)?)?;
-    out.set(result, "processedThrough", out.bigint(r.processed_through)?)?;
-    out.set(result, "packed", packed)?;
-    out.set(result, "stats", stats_js(&out, &r.stats)?)?;
-    Ok(result)
+    batch_result_js(&out, &r, "packed", packed)
 }
 
 fn hex16_into(k: u64, out: &mut [u8; 16]) {

@@ -63,7 +63,7 @@ impl<W> Settlement<W> {
 /// 100,000 waiters woken, delivering in that order makes every resolution a cache (and TLB)
 /// miss on the waker and on whatever the waker resolves (a JS promise and its handle). Waiters
 /// registered one after another were allocated one after another, so registration order walks
-/// that memory forwards: in Node this cut the cost per resolved promise roughly by three. Which
+/// that memory forwards: under Node this made delivering the B5 flush about 1.4× faster. Which
 /// waiters are woken and with which hit is decided before (J9); only the delivery order changes.
 pub fn sort_for_delivery<W>(out: &mut [Settlement<W>]) {
     if out.len() > 1 {
