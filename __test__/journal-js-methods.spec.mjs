@@ -114,3 +114,42 @@ test("touch checks its arguments as before and feeds the journal it is called on
   assert.equal(j.getLastFlushedSourceOffsetSeq(), 41n);
   j.stop();
 });
+
+test("plain arrays of u32 ids are copied in JavaScript; every other key list takes the general path", async () => {
+  const j = new TouchJournal();
+  // Accepted on the copy path: the edges of the u32 range, -0, duplicates, an empty list.
+  const edge = j.waitForAny({ keys: [0xffffffff, -0, 7, 7], afterGeneration: 0, timeoutMs: 5000 });
+  const empty = j.waitForAny({ keys: [], afterGeneration: 0, timeoutMs: 5000 });
+  assert.equal(await empty, null, "no key: resolved at once (J11)");
+  // A long list (the copy buffer is reused, so a shorter wait after it must not see its tail).
+  const long = Array.from({ length: 1024 }, (_, i) => 100_000 + i);
+  const wLong = j.waitForAny({ keys: long, afterGeneration: 0, timeoutMs: 5000 });
+  const wShort = j.waitForAny({ keys: [55], afterGeneration: 0, timeoutMs: 5000 });
+  // Key lists the copy path refuses behave as the native parser says.
+  for (const keys of [[1, 1.5], [1, -1], [1, 2 ** 32], [1, "2"], [1, , 3], [1, null], new Array(1025).fill(1)]) {
+    await rejectsWithCode(j.waitForAny({ keys, afterGeneration: 0, timeoutMs: 10 }), "ERR_INVALID_ARGUMENT");
+  }
+  const typed = j.waitForAny({ keys: Uint32Array.of(66), afterGeneration: 0, timeoutMs: 5000 });
+  const mixed = j.waitForAny({ keys: [77], exactKeys: ["00000000000000bb"], afterGeneration: 0, timeoutMs: 5000 });
+  // Bad afterGeneration / timeoutMs / signal on the copy path keep their codes.
+  await rejectsWithCode(j.waitForAny({ keys: [1], afterGeneration: -1, timeoutMs: 10 }), "ERR_INVALID_ARGUMENT");
+  await rejectsWithCode(j.waitForAny({ keys: [1], timeoutMs: NaN }), "ERR_INVALID_ARGUMENT");
+  await rejectsWithCode(j.waitForAny({ keys: [1], timeoutMs: 10, signal: 5 }), "ERR_INVALID_ARGUMENT");
+  assert.equal(j.getActiveWaiters(), 5);
+  // Only the long list's last key: only that waiter wakes (a broad one: keyId 0, J9).
+  j.touch(100_000 + 1023);
+  j.flush();
+  assert.deepEqual(await wLong, { ...(await wLong), keyId: 0, generation: 1 });
+  assert.equal(j.getActiveWaiters(), 4);
+  for (const k of [0, 66, 77]) j.touch(k);
+  j.flush();
+  const hits = await Promise.all([edge, typed, mixed]);
+  assert.deepEqual(hits.map((h) => [h.keyId, h.generation]), [[0, 2], [66, 2], [77, 2]]);
+  assert.equal(j.getActiveWaiters(), 1, "the one-key wait did not inherit the long list's keys");
+  j.touch(0xffffffff);
+  j.touch(55);
+  j.flush();
+  assert.equal((await wShort).keyId, 55);
+  assert.equal(dt._waitKeys, undefined, "the copy path's entry point is handed to the installer only");
+  j.stop();
+});

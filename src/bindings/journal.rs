@@ -5,6 +5,7 @@
 use std::cell::Cell;
 use std::ptr;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
 use napi::sys;
@@ -17,7 +18,7 @@ use crate::error::Error;
 use crate::journal::bloom::slot_positions;
 use crate::journal::{
     parse_cursor, parse_routing_key, Journal, JournalMeta, JournalOptions, Touch, TouchHit, WaitRequest, WaiterId,
-    WakeStats, Waker, WeakJournal,
+    WakeStats, Waker, WeakJournal, MAX_WAIT_KEYS,
 };
 
 /// The journal as the binding uses it: each waiter is resolved through its promise ticket.
@@ -486,6 +487,102 @@ fn wait_parsed<'env>(
 struct JournalHandle {
     journal: JsJournal,
     port: Port,
+    keys: Arc<KeyScratch>,
+}
+
+/// Key ids the JavaScript `waitForAny` has checked and copied for `_waitKeys` (a `Uint32Array`
+/// over this memory, an external ArrayBuffer): the keys reach the core without one N-API element
+/// read each. Shared by the handle and the buffer, freed when both are gone. Only the JS thread
+/// writes (JavaScript) or reads (`_waitKeys`, while no JavaScript runs).
+struct KeyScratch(std::cell::UnsafeCell<[u32; MAX_WAIT_KEYS]>);
+
+// SAFETY: the contents are only touched on the JS thread (see above); another thread may only
+// drop the last `Arc` (a runtime running the buffer's finalizer elsewhere).
+unsafe impl Sync for KeyScratch {}
+unsafe impl Send for KeyScratch {}
+
+impl KeyScratch {
+    fn new() -> Arc<KeyScratch> {
+        Arc::new(KeyScratch(std::cell::UnsafeCell::new([0; MAX_WAIT_KEYS])))
+    }
+
+    /// The first `n` ids (`None` when `n` is out of range).
+    fn keys(&self, n: usize) -> Option<Vec<u32>> {
+        // SAFETY: called on the JS thread during a native call, when no JavaScript can write.
+        unsafe { (*self.0.get()).get(..n).map(<[u32]>::to_vec) }
+    }
+}
+
+unsafe extern "C" fn drop_scratch(_env: sys::napi_env, _data: *mut std::ffi::c_void, hint: *mut std::ffi::c_void) {
+    if !hint.is_null() {
+        drop(unsafe { Arc::from_raw(hint.cast::<KeyScratch>()) });
+    }
+}
+
+/// `_keyScratch(handle)`: the `Uint32Array` over the handle's key scratch, or `undefined` where
+/// the runtime refuses external buffers (the JavaScript `waitForAny` then passes its arrays).
+#[napi(js_name = "_keyScratch", skip_typescript)]
+pub fn key_scratch<'env>(env: &'env Env, handle: Unknown) -> napi::Result<Unknown<'env>> {
+    let h = handle_of(&Js::new(env, handle.raw())).map_err(|e| throw(env, e))?;
+    let raw = env.raw();
+    let hint = Arc::into_raw(h.keys.clone());
+    let data = unsafe { (*hint).0.get() };
+    let mut ab = ptr::null_mut();
+    let st = unsafe {
+        sys::napi_create_external_arraybuffer(
+            raw,
+            data.cast(),
+            std::mem::size_of::<[u32; MAX_WAIT_KEYS]>(),
+            Some(drop_scratch),
+            hint as *mut std::ffi::c_void,
+            &mut ab,
+        )
+    };
+    let mut out = ptr::null_mut();
+    if st != sys::Status::napi_ok {
+        drop(unsafe { Arc::from_raw(hint) }); // not taken: no finalizer will run
+        unsafe { sys::napi_get_undefined(raw, &mut out) };
+    } else if unsafe {
+        sys::napi_create_typedarray(raw, sys::TypedarrayType::uint32_array, MAX_WAIT_KEYS, ab, 0, &mut out)
+    } != sys::Status::napi_ok
+    {
+        unsafe { sys::napi_get_undefined(raw, &mut out) };
+    }
+    Ok(unsafe { Unknown::from_raw_unchecked(raw, out) })
+}
+
+/// `_waitKeys(handle, n, afterGeneration, timeoutMs, signal)`: `waitForAny` whose `n` key ids the
+/// JavaScript caller has checked (u32 numbers, at most [`MAX_WAIT_KEYS`]) and copied into the
+/// handle's key scratch; no exact keys. A raw N-API callback: the hottest registration path pays
+/// no napi-rs wrapper (its per-call borrow scope allocates).
+unsafe extern "C" fn wait_keys_cb(raw: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    let env = Env::from_raw(raw);
+    let mut argv = [ptr::null_mut(); 5];
+    let mut argc = argv.len();
+    let st =
+        unsafe { sys::napi_get_cb_info(raw, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), ptr::null_mut()) };
+    let result = if st != sys::Status::napi_ok {
+        Err(napi::Error::from_reason("cannot read the arguments"))
+    } else {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| wait_keys(&env, argv)))
+            .unwrap_or_else(|_| Err(throw(&env, Error::Internal("waitForAny panicked".into()))))
+    };
+    match result {
+        Ok(v) => v,
+        Err(e) => {
+            unsafe { napi::JsError::from(e).throw_into(raw) };
+            ptr::null_mut()
+        }
+    }
+}
+
+fn wait_keys(env: &Env, [handle, n, after, timeout, signal]: [sys::napi_value; 5]) -> napi::Result<sys::napi_value> {
+    let h = handle_of(&Js::new(env, handle)).map_err(|e| throw(env, e))?;
+    let field = |raw: sys::napi_value| Some(Js::new(env, raw)).filter(|v| !v.is_nullish());
+    let parsed = u32_value(&Js::new(env, n), "n")
+        .and_then(|n| h.keys.keys(n as usize).ok_or_else(|| Error::invalid("n: too many keys")))
+        .and_then(|keys| parse_wait_rest(keys, Vec::new(), [field(after), field(timeout), field(signal)]));
+    wait_parsed(env, &h.journal, &h.port, parsed).map(|v| v.raw())
 }
 
 /// Marks externals made by [`TouchJournal::handle`], so `_waitForAny` never reads another
@@ -585,27 +682,45 @@ pub fn install_js_methods(exports: Object, env: Env) -> napi::Result<()> {
 }
 
 fn try_install_js_methods(env: &Env, exports: Js) -> napi::Result<()> {
-    const SOURCE: &str = r#"(function (proto, handleOf, waitFast, touchFast) {
+    const SOURCE: &str = r#"(function (proto, handleOf, waitFast, touchFast, scratchOf, waitKeys, maxKeys) {
   "use strict";
-  const handle = Symbol("durable-touch.journalHandle");
+  const slot = Symbol("durable-touch.journalHandle");
+  // Per journal: the native handle, and the Uint32Array the key ids are copied into (or null).
   function handleFor(journal) {
-    let h = journal === null || journal === undefined ? undefined : journal[handle];
-    if (h === undefined) {
-      h = handleOf.call(journal);
+    let r = journal === null || journal === undefined ? undefined : journal[slot];
+    if (r === undefined) {
+      const h = handleOf.call(journal);
+      const keys = scratchOf(h);
+      r = { h, keys: keys === undefined ? null : keys };
       try {
-        Object.defineProperty(journal, handle, { value: h });
+        Object.defineProperty(journal, slot, { value: r });
       } catch {}
     }
-    return h;
+    return r;
   }
   const method = (value) => ({ configurable: true, writable: true, enumerable: true, value });
   Object.defineProperty(proto, "waitForAny", method(function waitForAny(args) {
-    const h = handleFor(this);
-    if (typeof args !== "object" || args === null) return waitFast(h, args);
-    return waitFast(h, args, args.keys, args.exactKeys, args.afterGeneration, args.timeoutMs, args.signal);
+    const r = handleFor(this);
+    if (typeof args !== "object" || args === null) return waitFast(r.h, args);
+    const keys = args.keys, exactKeys = args.exactKeys;
+    const afterGeneration = args.afterGeneration, timeoutMs = args.timeoutMs, signal = args.signal;
+    const s = r.keys;
+    // Plain arrays of u32 ids (the common case) are copied here; anything else, and every
+    // error, takes the general path.
+    if (s !== null && (exactKeys === undefined || exactKeys === null) && Array.isArray(keys) && keys.length <= maxKeys) {
+      const n = keys.length;
+      let i = 0;
+      for (; i < n; i++) {
+        const k = keys[i];
+        if (k >>> 0 !== k) break;
+        s[i] = k;
+      }
+      if (i === n) return waitKeys(r.h, n, afterGeneration, timeoutMs, signal);
+    }
+    return waitFast(r.h, args, keys, exactKeys, afterGeneration, timeoutMs, signal);
   }));
   Object.defineProperty(proto, "touch", method(function touch(keyId, sourceOffsetSeq, routingKey) {
-    touchFast(handleFor(this), keyId, sourceOffsetSeq, routingKey);
+    touchFast(handleFor(this).h, keyId, sourceOffsetSeq, routingKey);
   }));
 })"#;
     let get = |obj: &Js, name: &str| -> napi::Result<Js> {
@@ -619,8 +734,24 @@ fn try_install_js_methods(env: &Env, exports: Js) -> napi::Result<()> {
     let handle_of = get(&proto, "_handle")?;
     let wait = get(&exports, "_waitForAny")?;
     let touch = get(&exports, "_touch")?;
+    let scratch = get(&exports, "_keyScratch")?;
+    let raw = env.raw();
+    let mut wait_keys = ptr::null_mut();
+    let name = "_waitKeys";
+    super::js::napi_ok(unsafe {
+        sys::napi_create_function(
+            raw,
+            name.as_ptr().cast(),
+            name.len() as isize,
+            Some(wait_keys_cb),
+            ptr::null_mut(),
+            &mut wait_keys,
+        )
+    })?;
+    let mut max_keys = ptr::null_mut();
+    super::js::napi_ok(unsafe { sys::napi_create_uint32(raw, MAX_WAIT_KEYS as u32, &mut max_keys) })?;
     let install = super::js::script_fn(env, SOURCE)?;
-    super::js::call(env, install, &[proto.raw, handle_of.raw, wait.raw, touch.raw])
+    super::js::call(env, install, &[proto.raw, handle_of.raw, wait.raw, touch.raw, scratch.raw, wait_keys, max_keys])
         .map_err(napi::Error::from_reason)?;
     Ok(())
 }
@@ -698,6 +829,15 @@ fn parse_wait_fields([keys, exact, after, timeout, signal]: [Option<Js>; 5]) -> 
         Some(v) => routing_keys(&v, "exactKeys")?,
         None => Vec::new(),
     };
+    parse_wait_rest(keys, exact_keys, [after, timeout, signal])
+}
+
+/// The request from parsed keys and the remaining fields `[afterGeneration, timeoutMs, signal]`.
+fn parse_wait_rest(
+    keys: Vec<u32>,
+    exact_keys: Vec<u64>,
+    [after, timeout, signal]: [Option<Js>; 3],
+) -> JsResult<(WaitRequest, Option<Js>)> {
     let after_generation = match after {
         Some(v) => Some(u32_value(&v, "afterGeneration")?),
         None => None,
@@ -914,7 +1054,8 @@ impl TouchJournal {
     /// [`install_js_methods`]).
     #[napi(js_name = "_handle", skip_typescript)]
     pub fn handle<'env>(&self, env: &'env Env) -> napi::Result<Unknown<'env>> {
-        let handle = Box::new(JournalHandle { journal: self.journal.clone(), port: self.port.clone() });
+        let handle =
+            Box::new(JournalHandle { journal: self.journal.clone(), port: self.port.clone(), keys: KeyScratch::new() });
         let raw = env.raw();
         let data = Box::into_raw(handle);
         let mut v = ptr::null_mut();

@@ -360,7 +360,7 @@ impl<'a> Out<'a> {
     }
 }
 
-fn napi_ok(status: sys::napi_status) -> napi::Result<()> {
+pub fn napi_ok(status: sys::napi_status) -> napi::Result<()> {
     if status == sys::Status::napi_ok {
         Ok(())
     } else {

@@ -225,6 +225,13 @@ impl<W: Waker> WaiterRegistry<W> {
         self.heap.peek().map(|e| e.0 .0)
     }
 
+    /// Whether any index list may hold a stale entry: every live waiter's entries are stored
+    /// exactly once, so with as many stored entries as live ones there is nothing to purge (a
+    /// burst of registrations then never walks a full list).
+    fn any_stale(&self) -> bool {
+        self.stored_entries > self.live_entries
+    }
+
     pub fn insert(&mut self, spec: WaiterSpec, waker: W) -> WaiterId {
         let slot = match self.free {
             Some(s) => {
@@ -258,7 +265,7 @@ impl<W: Waker> WaiterRegistry<W> {
             waker,
         };
         if spec.broad {
-            if self.broad.len() == self.broad.capacity() && self.broad.len() >= 8 {
+            if self.any_stale() && self.broad.len() == self.broad.capacity() && self.broad.len() >= 8 {
                 let before = self.broad.len();
                 let slots = &self.slots;
                 self.broad.retain(|&e| is_live(slots, e));
@@ -267,14 +274,20 @@ impl<W: Waker> WaiterRegistry<W> {
             self.broad.push(entry);
         } else {
             for &key in &spec.keys {
+                let stale = self.any_stale();
                 let list = self.by_key.entry(key).or_default();
-                self.stored_entries -= purge_if_full(&self.slots, list);
+                if stale {
+                    self.stored_entries -= purge_if_full(&self.slots, list);
+                }
                 list.push(entry);
             }
         }
         for &rk in &spec.exact {
+            let stale = self.any_stale();
             let list = self.by_exact.entry(rk).or_default();
-            self.stored_entries -= purge_if_full(&self.slots, list);
+            if stale {
+                self.stored_entries -= purge_if_full(&self.slots, list);
+            }
             list.push(entry);
         }
         let owned = waiter.entries();
