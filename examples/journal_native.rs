@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use durable_touch::journal::{Journal, JournalOptions, Touch, TouchHit, WaitRequest, Waker};
+use durable_touch::journal::{Journal, JournalOptions, KeyIds, Touch, TouchHit, WaitRequest, Waker};
 
 /// The benchmarks' options (bucketMs 100, filterPow2 22, k 4, pendingMaxKeys 100,000,
 /// keyIndexMaxKeys 32) are the journal's defaults.
@@ -82,8 +82,12 @@ fn main() {
         let g = j.generation();
         let t0 = Instant::now();
         for keys in &waiters {
-            let req =
-                WaitRequest { keys: keys.clone(), after_generation: Some(g), timeout_ms: 30_000, ..Default::default() };
+            let req = WaitRequest {
+                keys: KeyIds::from_slice(keys),
+                after_generation: Some(g),
+                timeout_ms: 30_000,
+                ..Default::default()
+            };
             j.wait_for_any(req, Count(woken.clone())).unwrap();
         }
         let reg = t0.elapsed();

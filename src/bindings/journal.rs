@@ -17,8 +17,8 @@ use super::port::{Port, Ticket};
 use crate::error::Error;
 use crate::journal::bloom::slot_positions;
 use crate::journal::{
-    parse_cursor, parse_routing_key, Journal, JournalMeta, JournalOptions, Touch, TouchHit, WaitRequest, WaiterId,
-    WakeStats, Waker, WeakJournal, MAX_WAIT_KEYS,
+    parse_cursor, parse_routing_key, Journal, JournalMeta, JournalOptions, KeyIds, Touch, TouchHit, WaitRequest,
+    WaiterId, WakeStats, Waker, WeakJournal, MAX_WAIT_KEYS,
 };
 
 /// The journal as the binding uses it: each waiter is resolved through its promise ticket.
@@ -507,9 +507,9 @@ impl KeyScratch {
     }
 
     /// The first `n` ids (`None` when `n` is out of range).
-    fn keys(&self, n: usize) -> Option<Vec<u32>> {
+    fn keys(&self, n: usize) -> Option<KeyIds> {
         // SAFETY: called on the JS thread during a native call, when no JavaScript can write.
-        unsafe { (*self.0.get()).get(..n).map(<[u32]>::to_vec) }
+        unsafe { (*self.0.get()).get(..n).map(KeyIds::from_slice) }
     }
 }
 
@@ -822,8 +822,8 @@ fn check_wait_args(args: &Js) -> JsResult<()> {
 /// `[keys, exactKeys, afterGeneration, timeoutMs, signal]`.
 fn parse_wait_fields([keys, exact, after, timeout, signal]: [Option<Js>; 5]) -> JsResult<(WaitRequest, Option<Js>)> {
     let keys = match keys {
-        Some(v) => key_ids(&v, "keys")?,
-        None => Vec::new(),
+        Some(v) => key_ids(&v, "keys")?.into(),
+        None => KeyIds::new(),
     };
     let exact_keys = match exact {
         Some(v) => routing_keys(&v, "exactKeys")?,
@@ -834,7 +834,7 @@ fn parse_wait_fields([keys, exact, after, timeout, signal]: [Option<Js>; 5]) -> 
 
 /// The request from parsed keys and the remaining fields `[afterGeneration, timeoutMs, signal]`.
 fn parse_wait_rest(
-    keys: Vec<u32>,
+    keys: KeyIds,
     exact_keys: Vec<u64>,
     [after, timeout, signal]: [Option<Js>; 3],
 ) -> JsResult<(WaitRequest, Option<Js>)> {

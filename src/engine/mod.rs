@@ -35,7 +35,9 @@ use std::thread::JoinHandle;
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, Result};
-use crate::journal::{parse_cursor, wall_ms, CheckOrWait, Journal, JournalMeta, TotalStats, WaitRequest, WaiterId};
+use crate::journal::{
+    parse_cursor, wall_ms, CheckOrWait, Journal, JournalMeta, KeyIds, TotalStats, WaitRequest, WaiterId,
+};
 use crate::spec::{validate_state_protocol_profile, StateProtocolProfile, TouchConfig};
 use crate::stats::StatsCollector;
 use crate::store::{blocking, Reply, Store};
@@ -705,7 +707,7 @@ impl TouchEngine {
         let fallback = plan.exact_fallback_key_ids.clone();
         let timeout_ms = args.timeout_ms.floor().max(0.0) as u64;
         let req = WaitRequest {
-            keys: if use_exact { fallback.clone() } else { wait_keys.clone() },
+            keys: KeyIds::from_slice(if use_exact { &fallback } else { &wait_keys }),
             exact_keys: if use_exact { exact_keys.clone() } else { Vec::new() },
             after_generation: None,
             timeout_ms,

@@ -26,7 +26,7 @@
 //!
 //! let journal = Journal::new(JournalOptions::default());
 //! let (tx, rx) = mpsc::channel();
-//! let req = WaitRequest { keys: vec![42], timeout_ms: 5_000, ..Default::default() };
+//! let req = WaitRequest { keys: KeyIds::from_slice(&[42]), timeout_ms: 5_000, ..Default::default() };
 //! journal.wait_for_any(req, Box::new(move |hit| tx.send(hit).unwrap())).unwrap();
 //! journal.touch(42, Some(7), None);
 //! journal.flush(); // the bucket timer would do this within `coalesceMs`
@@ -68,7 +68,7 @@ pub use cursor::{format_cursor, parse_cursor, Cursor, Epoch};
 pub use exact::{format_routing_key, parse_routing_key};
 pub use state::{JournalMeta, JournalState, WaitRequest, MAX_WAIT_KEYS, MAX_WAIT_TIMEOUT_MS};
 pub use stats::{IntervalStats, TotalStats, WakeStats};
-pub use waiters::{Resolve, Settlement, WaiterId, Waker};
+pub use waiters::{KeyIds, Resolve, Settlement, WaiterId, Waker};
 
 use crate::error::Result;
 use crate::timer::{self, mono_now, TimerKey, TimerTarget};
@@ -497,7 +497,8 @@ mod tests {
     fn the_bucket_timer_flushes_after_coalesce_ms() {
         let j = Journal::new(JournalOptions { bucket_ms: 20.0, ..Default::default() });
         let (r, rx) = channel_resolve();
-        j.wait_for_any(WaitRequest { keys: vec![9], timeout_ms: 5_000, ..Default::default() }, r).unwrap();
+        j.wait_for_any(WaitRequest { keys: KeyIds::from_slice(&[9]), timeout_ms: 5_000, ..Default::default() }, r)
+            .unwrap();
         let t0 = Instant::now();
         j.touch(9, None, None);
         let hit = rx.recv_timeout(Duration::from_secs(5)).unwrap().unwrap();
@@ -513,7 +514,11 @@ mod tests {
         let t0 = Instant::now();
         for i in 0..50u64 {
             let (r, rx) = channel_resolve();
-            let req = WaitRequest { keys: vec![i as u32], timeout_ms: 20 + (i % 5) * 10, ..Default::default() };
+            let req = WaitRequest {
+                keys: KeyIds::from_slice(&[i as u32]),
+                timeout_ms: 20 + (i % 5) * 10,
+                ..Default::default()
+            };
             j.wait_for_any(req, r).unwrap();
             rxs.push((20 + (i % 5) * 10, rx));
         }
@@ -531,7 +536,7 @@ mod tests {
         j.touch(5, None, None);
         j.flush();
         let (r, _rx) = channel_resolve();
-        let req = WaitRequest { keys: vec![5], timeout_ms: 1_000, ..Default::default() };
+        let req = WaitRequest { keys: KeyIds::from_slice(&[5]), timeout_ms: 1_000, ..Default::default() };
         match j.check_or_wait(|s| s.maybe_touched_since(5, 0).then_some("touched"), req.clone(), r).unwrap() {
             CheckOrWait::Answered(a, resolve) => {
                 assert_eq!(a, "touched");
@@ -555,10 +560,12 @@ mod tests {
         let j = Journal::new(JournalOptions::default());
         let (r1, rx1) = channel_resolve();
         let (r2, rx2) = channel_resolve();
-        j.wait_for_any(WaitRequest { keys: vec![1], timeout_ms: 60_000, ..Default::default() }, r1).unwrap();
+        j.wait_for_any(WaitRequest { keys: KeyIds::from_slice(&[1]), timeout_ms: 60_000, ..Default::default() }, r1)
+            .unwrap();
         assert_eq!(j.stop(), 1);
         assert_eq!(rx1.recv().unwrap(), None);
-        j.wait_for_any(WaitRequest { keys: vec![1], timeout_ms: 50, ..Default::default() }, r2).unwrap();
+        j.wait_for_any(WaitRequest { keys: KeyIds::from_slice(&[1]), timeout_ms: 50, ..Default::default() }, r2)
+            .unwrap();
         // Dropping the last handle does not abandon the waiter: its armed deadline keeps the
         // journal alive until it resolves.
         let t0 = Instant::now();
@@ -597,7 +604,7 @@ mod tests {
     fn bad_requests_are_refused() {
         let j = Journal::new(JournalOptions::default());
         let (r, _rx) = channel_resolve();
-        let req = WaitRequest { keys: vec![0; 1025], timeout_ms: 10, ..Default::default() };
+        let req = WaitRequest { keys: KeyIds::from_elem(0, 1025), timeout_ms: 10, ..Default::default() };
         assert_eq!(j.wait_for_any(req, r).unwrap_err().code(), "ERR_INVALID_ARGUMENT");
     }
 }

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use super::config::{JournalConfig, JournalOptions};
 use super::cursor::Epoch;
 use super::state::{JournalState, WaitRequest};
-use super::waiters::{sort_for_delivery, Settlement, WaiterId};
+use super::waiters::{sort_for_delivery, KeyIds, Settlement, WaiterId};
 use super::TouchHit;
 
 struct Rng(u64);
@@ -347,7 +347,12 @@ impl Model {
             Some(current.saturating_add(self.rng.below(3) as u32))
         };
         let timeout_ms = if self.rng.chance(3) { 0 } else { 1 + self.rng.below(80) };
-        let req = WaitRequest { keys: keys.clone(), exact_keys: exact.clone(), after_generation: after, timeout_ms };
+        let req = WaitRequest {
+            keys: KeyIds::from_slice(&keys),
+            exact_keys: exact.clone(),
+            after_generation: after,
+            timeout_ms,
+        };
         let log = self.log.clone();
         let resolve = Box::new(move |hit| log.lock().unwrap().push((name, hit)));
         let id = self.state.register(req, self.now, resolve, &mut self.out);

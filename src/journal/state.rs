@@ -15,7 +15,7 @@ use super::config::JournalConfig;
 use super::cursor::{format_cursor, Epoch};
 use super::exact::ExactHistory;
 use super::stats::{IntervalStats, JournalStats, TotalStats};
-use super::waiters::{Resolve, Settlement, WaiterId, WaiterRegistry, WaiterSpec, Waker};
+use super::waiters::{KeyIds, Resolve, Settlement, WaiterId, WaiterRegistry, WaiterSpec, Waker};
 use super::TouchHit;
 use crate::error::{Error, Result};
 
@@ -29,7 +29,7 @@ pub const MAX_WAIT_TIMEOUT_MS: u64 = 2_147_483_647;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct WaitRequest {
     /// Key ids; duplicates are allowed and dropped.
-    pub keys: Vec<u32>,
+    pub keys: KeyIds,
     /// Parsed 16-hex routing keys; duplicates are allowed and dropped.
     pub exact_keys: Vec<u64>,
     /// Wake only for generations after this one; `None` = the generation current when the
@@ -459,7 +459,12 @@ mod tests {
     }
 
     fn wait(keys: &[u32], exact: &[u64], after: Option<u32>) -> WaitRequest {
-        WaitRequest { keys: keys.to_vec(), exact_keys: exact.to_vec(), after_generation: after, timeout_ms: 1000 }
+        WaitRequest {
+            keys: KeyIds::from_slice(keys),
+            exact_keys: exact.to_vec(),
+            after_generation: after,
+            timeout_ms: 1000,
+        }
     }
 
     #[test]
@@ -651,7 +656,8 @@ mod tests {
 
     #[test]
     fn wait_limits() {
-        let mut r = WaitRequest { keys: vec![1; 1024], timeout_ms: MAX_WAIT_TIMEOUT_MS, ..Default::default() };
+        let mut r =
+            WaitRequest { keys: KeyIds::from_elem(1, 1024), timeout_ms: MAX_WAIT_TIMEOUT_MS, ..Default::default() };
         assert!(r.validate().is_ok());
         r.keys.push(1);
         assert_eq!(r.validate().unwrap_err().code(), "ERR_INVALID_ARGUMENT");

@@ -23,6 +23,9 @@ use std::collections::BinaryHeap;
 
 use smallvec::SmallVec;
 
+/// A waiter's key ids: up to four inline (most waits name one to four keys).
+pub type KeyIds = SmallVec<[u32; 4]>;
+
 use super::hash::IntMap;
 use super::TouchHit;
 
@@ -111,7 +114,7 @@ struct Waiter<W> {
     broad: bool,
     /// Inline for up to four key ids and no exact key (most waits): parking such a waiter
     /// allocates nothing, and waking it frees nothing.
-    data: SmallVec<[u32; 4]>,
+    data: KeyIds,
     waker: W,
 }
 
@@ -145,7 +148,7 @@ type HeapEntry = Reverse<(u64, u32, u32)>;
 /// monotonic clock.
 pub struct WaiterSpec {
     pub after_generation: u32,
-    pub keys: Vec<u32>,
+    pub keys: KeyIds,
     pub exact: Vec<u64>,
     pub broad: bool,
     pub deadline: u64,
@@ -251,19 +254,16 @@ impl<W: Waker> WaiterRegistry<W> {
         let id = WaiterId::new(slot, tag);
         let entry: Entry = id.0;
 
-        let mut data = SmallVec::with_capacity(spec.keys.len() + 2 * spec.exact.len());
-        data.extend_from_slice(&spec.keys);
-        for &rk in &spec.exact {
-            data.push(rk as u32);
-            data.push((rk >> 32) as u32);
+        let keys = spec.keys.len() as u32;
+        let mut data = spec.keys; // the common case (no exact keys) moves, inline
+        if !spec.exact.is_empty() {
+            data.reserve_exact(2 * spec.exact.len());
+            for &rk in &spec.exact {
+                data.push(rk as u32);
+                data.push((rk >> 32) as u32);
+            }
         }
-        let waiter = Waiter {
-            after_generation: spec.after_generation,
-            keys: spec.keys.len() as u32,
-            broad: spec.broad,
-            data,
-            waker,
-        };
+        let waiter = Waiter { after_generation: spec.after_generation, keys, broad: spec.broad, data, waker };
         if spec.broad {
             if self.any_stale() && self.broad.len() == self.broad.capacity() && self.broad.len() >= 8 {
                 let before = self.broad.len();
@@ -273,7 +273,7 @@ impl<W: Waker> WaiterRegistry<W> {
             }
             self.broad.push(entry);
         } else {
-            for &key in &spec.keys {
+            for &key in waiter.key_ids() {
                 let stale = self.any_stale();
                 let list = self.by_key.entry(key).or_default();
                 if stale {
@@ -583,7 +583,13 @@ mod tests {
     }
 
     fn spec(after: u32, keys: &[u32], exact: &[u64], deadline: u64) -> WaiterSpec {
-        WaiterSpec { after_generation: after, keys: keys.to_vec(), exact: exact.to_vec(), broad: false, deadline }
+        WaiterSpec {
+            after_generation: after,
+            keys: KeyIds::from_slice(keys),
+            exact: exact.to_vec(),
+            broad: false,
+            deadline,
+        }
     }
 
     fn hit(generation: u32, key_id: u32) -> TouchHit {
