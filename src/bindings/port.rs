@@ -63,7 +63,18 @@ struct Queue {
     watchdog: AtomicBool,
 }
 
-struct RawDeferred(sys::napi_deferred);
+/// Never null, so an `Option<RawDeferred>` (in every parked waiter) costs no extra word.
+struct RawDeferred(ptr::NonNull<std::ffi::c_void>);
+
+impl RawDeferred {
+    fn new(d: sys::napi_deferred) -> napi::Result<RawDeferred> {
+        ptr::NonNull::new(d.cast()).map(RawDeferred).ok_or_else(|| napi::Error::from_reason("no deferred"))
+    }
+
+    fn raw(&self) -> sys::napi_deferred {
+        self.0.as_ptr().cast()
+    }
+}
 // SAFETY: a napi_deferred is an opaque handle; it is only dereferenced (resolved/rejected) on
 // the JS thread, inside the threadsafe function's callback.
 unsafe impl Send for RawDeferred {}
@@ -149,11 +160,12 @@ impl Port {
         let mut deferred = ptr::null_mut();
         let mut promise = ptr::null_mut();
         check(unsafe { sys::napi_create_promise(env.raw(), &mut deferred, &mut promise) })?;
+        let deferred = RawDeferred::new(deferred)?;
         let q = &self.shared.queue;
         if q.pending.fetch_add(1, Ordering::AcqRel) == 0 && !q.referenced.swap(true, Ordering::AcqRel) {
             unsafe { sys::napi_ref_threadsafe_function(env.raw(), self.shared.tsfn) };
         }
-        Ok((Ticket { deferred: Some(RawDeferred(deferred)), shared: self.shared.clone() }, promise))
+        Ok((Ticket { deferred: Some(deferred), shared: self.shared.clone() }, promise))
     }
 
     /// A promise already rejected with `err` (JS thread), for calls refused before any work.
@@ -207,8 +219,8 @@ impl Ticket {
                 .unwrap_or_else(|p| Err(Error::from_panic(p)));
             unsafe {
                 match result {
-                    Ok(value) => sys::napi_resolve_deferred(raw, d.0, value),
-                    Err(err) => sys::napi_reject_deferred(raw, d.0, js_error(raw, &err)),
+                    Ok(value) => sys::napi_resolve_deferred(raw, d.raw(), value),
+                    Err(err) => sys::napi_reject_deferred(raw, d.raw(), js_error(raw, &err)),
                 };
             }
             release_pending(raw, q, 1);
@@ -334,8 +346,8 @@ fn settle_here(js_env: &Env, deferred: RawDeferred, outcome: Outcome) {
         .unwrap_or_else(|p| Err(Error::from_panic(p)));
     unsafe {
         match result {
-            Ok(value) => sys::napi_resolve_deferred(env, deferred.0, value),
-            Err(err) => sys::napi_reject_deferred(env, deferred.0, js_error(env, &err)),
+            Ok(value) => sys::napi_resolve_deferred(env, deferred.raw(), value),
+            Err(err) => sys::napi_reject_deferred(env, deferred.raw(), js_error(env, &err)),
         };
         sys::napi_close_handle_scope(env, scope);
     }

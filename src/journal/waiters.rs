@@ -74,8 +74,6 @@ pub fn sort_for_delivery<W>(out: &mut [Settlement<W>]) {
     }
 }
 
-const NONE: u32 = u32::MAX;
-
 /// Above this many slots an idle registry releases its memory (B14).
 const KEEP_SLOTS: usize = 1024;
 
@@ -108,6 +106,8 @@ impl WaiterId {
 type Entry = u64;
 
 struct Waiter<W> {
+    /// The registration's tag (its [`WaiterId`] with the slot number); also its delivery order.
+    tag: u32,
     after_generation: u32,
     /// `data[..keys]` are the key ids; the rest are the exact keys as (low, high) u32 pairs.
     keys: u32,
@@ -135,11 +135,8 @@ impl<W> Waiter<W> {
     }
 }
 
-struct Slot<W> {
-    tag: u32,
-    next_free: u32,
-    waiter: Option<Waiter<W>>,
-}
+/// A slab slot: the waiter parked there, if any. (64 bytes for a JS waiter: one cache line.)
+type Slot<W> = Option<Waiter<W>>;
 
 /// (deadline, slot, tag): the entry is live while the slot holds that registration.
 type HeapEntry = Reverse<(u64, u32, u32)>;
@@ -156,7 +153,8 @@ pub struct WaiterSpec {
 
 pub struct WaiterRegistry<W = Resolve> {
     slots: Vec<Slot<W>>,
-    free: Option<u32>,
+    /// Empty slots, reused last-freed first.
+    free: Vec<u32>,
     by_key: IntMap<u32, Vec<Entry>>,
     by_exact: IntMap<u64, Vec<Entry>>,
     broad: Vec<Entry>,
@@ -174,7 +172,7 @@ impl<W> Default for WaiterRegistry<W> {
     fn default() -> Self {
         WaiterRegistry {
             slots: Vec::new(),
-            free: None,
+            free: Vec::new(),
             by_key: IntMap::default(),
             by_exact: IntMap::default(),
             broad: Vec::new(),
@@ -236,16 +234,10 @@ impl<W: Waker> WaiterRegistry<W> {
     }
 
     pub fn insert(&mut self, spec: WaiterSpec, waker: W) -> WaiterId {
-        let slot = match self.free {
-            Some(s) => {
-                self.free = match self.slots[s as usize].next_free {
-                    NONE => None,
-                    n => Some(n),
-                };
-                s
-            }
+        let slot = match self.free.pop() {
+            Some(s) => s,
             None => {
-                self.slots.push(Slot { tag: 0, next_free: NONE, waiter: None });
+                self.slots.push(None);
                 (self.slots.len() - 1) as u32
             }
         };
@@ -263,7 +255,7 @@ impl<W: Waker> WaiterRegistry<W> {
                 data.push((rk >> 32) as u32);
             }
         }
-        let waiter = Waiter { after_generation: spec.after_generation, keys, broad: spec.broad, data, waker };
+        let waiter = Waiter { tag, after_generation: spec.after_generation, keys, broad: spec.broad, data, waker };
         if spec.broad {
             if self.any_stale() && self.broad.len() == self.broad.capacity() && self.broad.len() >= 8 {
                 let before = self.broad.len();
@@ -294,9 +286,7 @@ impl<W: Waker> WaiterRegistry<W> {
         self.live_entries += owned;
         self.stored_entries += owned;
         self.heap.push(Reverse((spec.deadline, slot, tag)));
-        let s = &mut self.slots[slot as usize];
-        s.tag = tag;
-        s.waiter = Some(waiter);
+        self.slots[slot as usize] = Some(waiter);
         self.active += 1;
         if self.stored_entries > 2 * self.live_entries + COMPACT_SLACK {
             self.compact_indexes();
@@ -397,7 +387,7 @@ impl<W: Waker> WaiterRegistry<W> {
     pub fn wake_all(&mut self, hit: TouchHit, unconditional: bool, out: &mut Vec<Settlement<W>>) -> usize {
         let mut woken = 0;
         for slot in 0..self.slots.len() as u32 {
-            let qualifies = matches!(&self.slots[slot as usize].waiter,
+            let qualifies = matches!(&self.slots[slot as usize],
                 Some(w) if unconditional || hit.generation > w.after_generation);
             if qualifies {
                 out.push(self.settle(slot, Some(hit)));
@@ -428,10 +418,8 @@ impl<W: Waker> WaiterRegistry<W> {
     /// Removes every waiter (stop, B29), each with `None`.
     pub fn take_all(&mut self, out: &mut Vec<Settlement<W>>) -> usize {
         let n = self.active;
-        for s in self.slots.drain(..) {
-            if let Some(w) = s.waiter {
-                out.push(Settlement { waker: w.waker, hit: None, order: s.tag });
-            }
+        for w in self.slots.drain(..).flatten() {
+            out.push(Settlement { waker: w.waker, hit: None, order: w.tag });
         }
         let next_tag = self.next_tag;
         *self = WaiterRegistry { next_tag, ..WaiterRegistry::default() };
@@ -439,7 +427,7 @@ impl<W: Waker> WaiterRegistry<W> {
     }
 
     fn waiter(&self, slot: u32) -> &Waiter<W> {
-        self.slots[slot as usize].waiter.as_ref().expect("a live slot holds a waiter")
+        self.slots[slot as usize].as_ref().expect("a live slot holds a waiter")
     }
 
     /// Empties the slot; the waiter's index entries become stale.
@@ -449,13 +437,11 @@ impl<W: Waker> WaiterRegistry<W> {
 
     /// Empties the slot and hands back the waker with its registration's tag.
     fn take(&mut self, slot: u32) -> (W, u32) {
-        let s = &mut self.slots[slot as usize];
-        let w = s.waiter.take().expect("removing a live waiter");
-        s.next_free = self.free.unwrap_or(NONE);
-        self.free = Some(slot);
+        let w = self.slots[slot as usize].take().expect("removing a live waiter");
+        self.free.push(slot);
         self.active -= 1;
         self.live_entries -= w.entries();
-        (w.waker, s.tag)
+        (w.waker, w.tag)
     }
 
     /// Empties the slot into a settlement with `hit`.
@@ -522,11 +508,11 @@ impl<W: Waker> WaiterRegistry<W> {
         let mut owned = 0;
         let count = |list: Option<&Vec<Entry>>, e: Entry| list.map_or(0, |l| l.iter().filter(|&&x| x == e).count());
         for (slot, s) in self.slots.iter().enumerate() {
-            let Some(w) = &s.waiter else { continue };
+            let Some(w) = s else { continue };
             live += 1;
             owned += w.entries();
-            let e = WaiterId::new(slot as u32, s.tag).0;
-            let in_heap = self.heap.iter().filter(|x| x.0 .1 == slot as u32 && x.0 .2 == s.tag).count();
+            let e = WaiterId::new(slot as u32, w.tag).0;
+            let in_heap = self.heap.iter().filter(|x| x.0 .1 == slot as u32 && x.0 .2 == w.tag).count();
             assert_eq!(in_heap, 1, "one heap entry per waiter");
             if w.broad {
                 assert_eq!(count(Some(&self.broad), e), 1);
@@ -555,7 +541,7 @@ impl<W: Waker> WaiterRegistry<W> {
 
 fn is_live<W>(slots: &[Slot<W>], e: Entry) -> bool {
     let id = WaiterId(e);
-    slots.get(id.slot() as usize).is_some_and(|s| s.tag == id.tag() && s.waiter.is_some())
+    slots.get(id.slot() as usize).and_then(Option::as_ref).is_some_and(|w| w.tag == id.tag())
 }
 
 /// Before a list grows past its capacity, drops its stale entries (so a list never holds much
