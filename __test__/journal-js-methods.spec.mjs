@@ -153,3 +153,20 @@ test("plain arrays of u32 ids are copied in JavaScript; every other key list tak
   assert.equal(dt._waitKeys, undefined, "the copy path's entry point is handed to the installer only");
   j.stop();
 });
+
+test("worker threads each get their own JS methods, handles and key buffers, and exit on their own", async () => {
+  const { Worker } = await import("node:worker_threads");
+  const { waitScenario } = await import("./support/journal-worker.mjs");
+  const url = new URL("./support/journal-worker.mjs", import.meta.url);
+  const run = (w) =>
+    new Promise((resolve, reject) => {
+      let message = null;
+      w.on("message", (m) => (message = m));
+      w.once("error", reject);
+      w.once("exit", (code) => resolve({ message, code }));
+    });
+  const workers = [0, 1, 2].map(() => run(new Worker(url)));
+  assert.equal(await waitScenario(), "");
+  // A worker whose journals are stopped has nothing left to keep it alive: it exits with 0.
+  assert.deepEqual(await Promise.all(workers), Array(3).fill({ message: "", code: 0 }));
+});
