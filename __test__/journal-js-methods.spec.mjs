@@ -170,3 +170,25 @@ test("worker threads each get their own JS methods, handles and key buffers, and
   // A worker whose journals are stopped has nothing left to keep it alive: it exits with 0.
   assert.deepEqual(await Promise.all(workers), Array(3).fill({ message: "", code: 0 }));
 });
+
+test("an element getter that waits on the same journal mid-copy does not mix up the key lists", async () => {
+  const j = new TouchJournal();
+  let inner;
+  const keys = [1, 2, 3];
+  Object.defineProperty(keys, 1, {
+    get() {
+      inner ??= j.waitForAny({ keys: [900, 901, 902, 903], afterGeneration: 0, timeoutMs: 5000 });
+      return 2;
+    },
+  });
+  const outer = j.waitForAny({ keys, afterGeneration: 0, timeoutMs: 5000 });
+  assert.equal(j.getActiveWaiters(), 2);
+  j.touch(1); // the outer list's first key, overwritten by the inner list's first if mixed up
+  j.flush();
+  assert.equal((await outer).keyId, 1);
+  assert.equal(j.getActiveWaiters(), 1);
+  j.touch(903);
+  j.flush();
+  assert.equal((await inner).keyId, 903);
+  j.stop();
+});

@@ -691,7 +691,7 @@ fn try_install_js_methods(env: &Env, exports: Js) -> napi::Result<()> {
     if (r === undefined) {
       const h = handleOf.call(journal);
       const keys = scratchOf(h);
-      r = { h, keys: keys === undefined ? null : keys };
+      r = { h, keys: keys === undefined ? null : keys, calls: 0 };
       try {
         Object.defineProperty(journal, slot, { value: r });
       } catch {}
@@ -706,16 +706,18 @@ fn try_install_js_methods(env: &Env, exports: Js) -> napi::Result<()> {
     const afterGeneration = args.afterGeneration, timeoutMs = args.timeoutMs, signal = args.signal;
     const s = r.keys;
     // Plain arrays of u32 ids (the common case) are copied here; anything else, and every
-    // error, takes the general path.
+    // error, takes the general path. So does a copy during which another call used the buffer
+    // (an element getter that waits on the same journal).
     if (s !== null && (exactKeys === undefined || exactKeys === null) && Array.isArray(keys) && keys.length <= maxKeys) {
       const n = keys.length;
+      const mark = (r.calls = (r.calls + 1) | 0);
       let i = 0;
       for (; i < n; i++) {
         const k = keys[i];
         if (k >>> 0 !== k) break;
         s[i] = k;
       }
-      if (i === n) return waitKeys(r.h, n, afterGeneration, timeoutMs, signal);
+      if (i === n && r.calls === mark) return waitKeys(r.h, n, afterGeneration, timeoutMs, signal);
     }
     return waitFast(r.h, args, keys, exactKeys, afterGeneration, timeoutMs, signal);
   }));
