@@ -192,3 +192,17 @@ test("an element getter that waits on the same journal mid-copy does not mix up 
   assert.equal((await inner).keyId, 903);
   j.stop();
 });
+
+test("a detached key buffer (transferred away by whoever found it) only costs the fast path", async () => {
+  const j = new TouchJournal();
+  await j.waitForAny({ keys: [1], afterGeneration: 0, timeoutMs: 1 }); // makes the handle
+  for (const sym of Object.getOwnPropertySymbols(j)) {
+    const buf = j[sym]?.keys?.buffer;
+    if (buf) structuredClone(buf, { transfer: [buf] }); // detaches it where the runtime allows
+  }
+  const w = j.waitForAny({ keys: [77, 78], afterGeneration: 0, timeoutMs: 5000 });
+  j.touch(78);
+  j.flush();
+  assert.equal((await w).keyId, 78);
+  j.stop();
+});

@@ -707,7 +707,7 @@ fn try_install_js_methods(env: &Env, exports: Js) -> napi::Result<()> {
     const s = r.keys;
     // Plain arrays of u32 ids (the common case) are copied here; anything else, and every
     // error, takes the general path. So does a copy during which another call used the buffer
-    // (an element getter that waits on the same journal).
+    // (an element getter that waits on the same journal), or into a buffer someone detached.
     if (s !== null && (exactKeys === undefined || exactKeys === null) && Array.isArray(keys) && keys.length <= maxKeys) {
       const n = keys.length;
       const mark = (r.calls = (r.calls + 1) | 0);
@@ -717,7 +717,7 @@ fn try_install_js_methods(env: &Env, exports: Js) -> napi::Result<()> {
         if (k >>> 0 !== k) break;
         s[i] = k;
       }
-      if (i === n && r.calls === mark) return waitKeys(r.h, n, afterGeneration, timeoutMs, signal);
+      if (i === n && r.calls === mark && s.length === maxKeys) return waitKeys(r.h, n, afterGeneration, timeoutMs, signal);
     }
     return waitFast(r.h, args, keys, exactKeys, afterGeneration, timeoutMs, signal);
   }));
