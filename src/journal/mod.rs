@@ -21,7 +21,7 @@
 //!   one native timer thread, [`crate::timer`]).
 //!
 //! ```
-//! use durable_touch::journal::{Journal, JournalOptions, WaitRequest};
+//! use durable_touch::journal::{Journal, JournalOptions, KeyIds, WaitRequest};
 //! use std::sync::mpsc;
 //!
 //! let journal = Journal::new(JournalOptions::default());
