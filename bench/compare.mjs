@@ -100,3 +100,21 @@ export function compare(name, ours, refs) {
   }
   return out;
 }
+
+/** Per-metric medians over rounds of `compare` results: of each side's figure, and of the
+ *  per-round ratios (not the ratio of the medians, so each ratio pairs figures of one round). */
+export function medianRatios(rounds) {
+  const median = (xs) => {
+    const s = xs.filter((x) => typeof x === "number" && Number.isFinite(x)).sort((a, b) => a - b);
+    if (s.length === 0) return null;
+    const m = s.length >> 1;
+    return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+  };
+  const out = {};
+  for (const label of Object.keys(rounds[0])) {
+    const col = (k) => rounds.map((r) => r[label]?.[k]);
+    const r = median(col("ratio"));
+    out[label] = { ours: median(col("ours")), reference: median(col("reference")), ratio: r === null ? null : Math.round(r * 100) / 100 };
+  }
+  return out;
+}

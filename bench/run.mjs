@@ -3,12 +3,16 @@
 //   npm run bench -- append                 # ours only; one JSON line per benchmark
 //   npm run bench:compare -- append         # ours and the reference in the same run, plus ratios
 //   npm run bench -- all                    # every benchmark
+//   npm run bench:compare -- journal --rounds 3   # both sides alternately, 3 times
 //
 // Each benchmark `bench/<name>.mjs` is a standalone script (Node by default, `--runtime bun`
 // to run it under Bun) that prints one JSON line per benchmark on stdout. With --compare the
 // matching reference scripts in bench/reference/ run under Bun against the reference installed
 // as a devDependency (node_modules/@prisma/streams-server), or $ANCHOR_REPO if set, and
 // `compare.mjs` prints the ratios. Results are appended to bench/out/results.jsonl.
+// With `--rounds R` the two sides run alternately R times and each ratio is the median of the
+// R per-round ratios: each round pairs measurements taken a minute apart at most, so a machine
+// whose speed drifts (these VMs do, by 20-30% over minutes) skews the ratio less.
 //
 // Speed is measured here, never asserted in tests.
 
@@ -16,7 +20,7 @@ import { spawnSync } from "node:child_process";
 import { mkdirSync, appendFileSync, existsSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { BENCHES, compare } from "./compare.mjs";
+import { BENCHES, compare, medianRatios } from "./compare.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, "..");
@@ -24,8 +28,11 @@ const argv = process.argv.slice(2);
 const doCompare = argv.includes("--compare");
 const runtimeIdx = argv.indexOf("--runtime");
 const runtime = runtimeIdx >= 0 ? argv[runtimeIdx + 1] : "node";
-const names = argv.filter((a, i) => !a.startsWith("--") && argv[i - 1] !== "--runtime");
-const passThrough = argv.filter((a, i) => a.startsWith("--") && a !== "--compare" && a !== "--runtime" && argv[i - 1] !== "--runtime");
+const roundsIdx = argv.indexOf("--rounds");
+const rounds = roundsIdx >= 0 ? Math.max(1, Number(argv[roundsIdx + 1]) || 1) : 1;
+const ownValue = (i) => argv[i - 1] === "--runtime" || argv[i - 1] === "--rounds";
+const names = argv.filter((a, i) => !a.startsWith("--") && !ownValue(i));
+const passThrough = argv.filter((a, i) => a.startsWith("--") && !["--compare", "--runtime", "--rounds"].includes(a) && !ownValue(i));
 const selected = names.length === 0 || names.includes("all") ? Object.keys(BENCHES) : names;
 
 const bun = join(root, "node_modules", ".bin", "bun");
@@ -55,22 +62,29 @@ for (const name of selected) {
     console.error(`bench/${name}.mjs is not written yet`);
     process.exit(2);
   }
-  const ours = runScript(runtime === "bun" ? bun : process.execPath, [script, ...passThrough]);
-  for (const line of ours) {
-    console.log(JSON.stringify(line));
-    appendFileSync(join(here, "out", "results.jsonl"), JSON.stringify({ side: "durable-touch", runtime, ...line }) + "\n");
+  const perRound = [];
+  for (let round = 0; round < (doCompare ? rounds : 1); round++) {
+    const ours = runScript(runtime === "bun" ? bun : process.execPath, [script, ...passThrough]);
+    for (const line of ours) {
+      console.log(JSON.stringify(line));
+      appendFileSync(join(here, "out", "results.jsonl"), JSON.stringify({ side: "durable-touch", runtime, ...line }) + "\n");
+    }
+    if (!doCompare) break;
+    if (!existsSync(join(anchor, "src", "touch"))) throw new Error(`reference not found at ${anchor} (npm install, or set ANCHOR_REPO)`);
+    const refs = [];
+    for (const ref of spec.reference) {
+      for (const line of runScript(bun, [join(here, "reference", ref.script), ...(ref.args ?? [])], { ANCHOR_REPO: anchor })) {
+        refs.push(line);
+        console.log(JSON.stringify(line));
+        appendFileSync(join(here, "out", "results.jsonl"), JSON.stringify({ side: "reference", ...line }) + "\n");
+      }
+    }
+    perRound.push(compare(name, ours, refs));
   }
   if (!doCompare) continue;
-  if (!existsSync(join(anchor, "src", "touch"))) throw new Error(`reference not found at ${anchor} (npm install, or set ANCHOR_REPO)`);
-  const refs = [];
-  for (const ref of spec.reference) {
-    for (const line of runScript(bun, [join(here, "reference", ref.script), ...(ref.args ?? [])], { ANCHOR_REPO: anchor })) {
-      refs.push(line);
-      console.log(JSON.stringify(line));
-      appendFileSync(join(here, "out", "results.jsonl"), JSON.stringify({ side: "reference", ...line }) + "\n");
-    }
-  }
-  const ratios = compare(name, ours, refs);
-  console.log(JSON.stringify({ bench: `${name}-compare`, date: new Date().toISOString(), ratios }));
-  appendFileSync(join(here, "out", "results.jsonl"), JSON.stringify({ side: "compare", name, ratios }) + "\n");
+  const ratios = perRound.length === 1 ? perRound[0] : medianRatios(perRound);
+  const line = { bench: `${name}-compare`, date: new Date().toISOString(), rounds: perRound.length, ratios };
+  if (perRound.length > 1) line.perRound = perRound.map((r) => Object.fromEntries(Object.entries(r).map(([k, v]) => [k, v.ratio])));
+  console.log(JSON.stringify(line));
+  appendFileSync(join(here, "out", "results.jsonl"), JSON.stringify({ side: "compare", name, rounds: perRound.length, ratios }) + "\n");
 }
