@@ -12,6 +12,13 @@ test("both runtimes take the JavaScript methods (installed at load)", () => {
     const source = String(TouchJournal.prototype[name]);
     assert.match(source, /handleFor\(this\)/, `${name} is the installed JS method`);
   }
+  // ... and the fast path: the journal's argument buffer and its own wait function.
+  const j = new TouchJournal();
+  j.touch(1);
+  const [record] = Object.getOwnPropertySymbols(j).map((s) => j[s]);
+  assert.equal(typeof record.wait, "function");
+  assert.ok(record.u32 instanceof Uint32Array && record.f64 instanceof Float64Array);
+  j.stop();
 });
 
 test("each field of the argument is read exactly once, in a fixed order", async () => {
@@ -150,7 +157,8 @@ test("plain arrays of u32 ids are copied in JavaScript; every other key list tak
   j.touch(55);
   j.flush();
   assert.equal((await wShort).keyId, 55);
-  assert.equal(dt._waitKeys, undefined, "the copy path's entry point is handed to the installer only");
+  // The fast path's constructor refuses anything but a journal's own handle.
+  for (const handle of [{}, null, 1, j]) assert.throws(() => dt._fastWait(handle), /TouchJournal handle/);
   j.stop();
 });
 
@@ -197,12 +205,39 @@ test("a detached key buffer (transferred away by whoever found it) only costs th
   const j = new TouchJournal();
   await j.waitForAny({ keys: [1], afterGeneration: 0, timeoutMs: 1 }); // makes the handle
   for (const sym of Object.getOwnPropertySymbols(j)) {
-    const buf = j[sym]?.keys?.buffer;
+    const buf = j[sym]?.u32?.buffer;
     if (buf) structuredClone(buf, { transfer: [buf] }); // detaches it where the runtime allows
   }
   const w = j.waitForAny({ keys: [77, 78], afterGeneration: 0, timeoutMs: 5000 });
   j.touch(78);
   j.flush();
   assert.equal((await w).keyId, 78);
+  j.stop();
+});
+
+test("the fast path checks afterGeneration and timeoutMs exactly as the general path does", async () => {
+  const j = new TouchJournal();
+  const outcome = async (p) => {
+    try {
+      const v = await p;
+      return v === null ? "null" : `hit ${v.keyId}`;
+    } catch (e) {
+      return `${e.code}: ${e.message}`;
+    }
+  };
+  const cases = [
+    [{}, { timeoutMs: 0 }],
+    [{ afterGeneration: -1 }, { afterGeneration: 1.5 }, { afterGeneration: 2 ** 32 }, { afterGeneration: NaN }],
+    [{ afterGeneration: "1" }, { afterGeneration: 1n }, { afterGeneration: null }, { afterGeneration: undefined }],
+    [{ timeoutMs: -1 }, { timeoutMs: NaN }, { timeoutMs: Infinity }, { timeoutMs: 2 ** 31 }, { timeoutMs: 1.5 }],
+    [{ timeoutMs: "10" }, { timeoutMs: null }, { timeoutMs: 10n }],
+  ].flat();
+  for (const extra of cases) {
+    const args = (keys) => ({ keys, afterGeneration: 0, timeoutMs: 1, ...extra });
+    // Array keys take the fast path (when the fields are numbers); a Uint32Array the general one.
+    const fast = await outcome(j.waitForAny(args([5])));
+    const general = await outcome(j.waitForAny(args(Uint32Array.of(5))));
+    assert.equal(fast, general, JSON.stringify(extra, (_, v) => (typeof v === "bigint" ? `${v}n` : v)));
+  }
   j.stop();
 });

@@ -487,85 +487,171 @@ fn wait_parsed<'env>(
 struct JournalHandle {
     journal: JsJournal,
     port: Port,
-    keys: Arc<KeyScratch>,
 }
 
-/// Key ids the JavaScript `waitForAny` has checked and copied for `_waitKeys` (a `Uint32Array`
-/// over this memory, an external ArrayBuffer): the keys reach the core without one N-API element
-/// read each. Shared by the handle and the buffer, freed when both are gone. Only the JS thread
-/// writes (JavaScript) or reads (`_waitKeys`, while no JavaScript runs).
-struct KeyScratch(std::cell::UnsafeCell<[u32; MAX_WAIT_KEYS]>);
+/// The arguments of a plain `waitForAny` (u32 key ids in an array, numbers, no exact keys), as
+/// the JavaScript method writes them through typed arrays over this memory (an external
+/// ArrayBuffer) before calling the journal's own wait function (see [`fast_wait`]): they reach
+/// the core without one N-API call per key or field. Shared by the function and the buffer,
+/// freed when both are gone. Only the JS thread writes (JavaScript) or reads (the wait
+/// function, while no JavaScript runs).
+#[repr(C)]
+struct FastArgs {
+    keys: [u32; MAX_WAIT_KEYS],
+    /// How many of `keys` this wait names.
+    n: u32,
+    /// 1 when `after_generation` holds the wait's `afterGeneration`, 0 when it had none.
+    has_after: u32,
+    after_generation: f64,
+    timeout_ms: f64,
+}
+
+/// Byte offset of the f64 fields (the JavaScript side makes its Float64Array there).
+const FAST_ARGS_F64_AT: usize = std::mem::offset_of!(FastArgs, after_generation);
+// The JavaScript side's Uint32Array reaches `n` and `has_after` as elements MAX_WAIT_KEYS and
+// MAX_WAIT_KEYS + 1, and its Float64Array `timeout_ms` as element 1.
+const _: () = assert!(std::mem::offset_of!(FastArgs, n) == 4 * MAX_WAIT_KEYS);
+const _: () = assert!(std::mem::offset_of!(FastArgs, has_after) == 4 * MAX_WAIT_KEYS + 4);
+const _: () = assert!(std::mem::offset_of!(FastArgs, timeout_ms) == FAST_ARGS_F64_AT + 8);
+
+struct FastArgsCell(std::cell::UnsafeCell<FastArgs>);
 
 // SAFETY: the contents are only touched on the JS thread (see above); another thread may only
-// drop the last `Arc` (a runtime running the buffer's finalizer elsewhere).
-unsafe impl Sync for KeyScratch {}
-unsafe impl Send for KeyScratch {}
+// drop the last `Arc` (a runtime running a finalizer elsewhere).
+unsafe impl Sync for FastArgsCell {}
+unsafe impl Send for FastArgsCell {}
 
-impl KeyScratch {
-    fn new() -> Arc<KeyScratch> {
-        Arc::new(KeyScratch(std::cell::UnsafeCell::new([0; MAX_WAIT_KEYS])))
+impl FastArgsCell {
+    fn new() -> Arc<FastArgsCell> {
+        Arc::new(FastArgsCell(std::cell::UnsafeCell::new(FastArgs {
+            keys: [0; MAX_WAIT_KEYS],
+            n: 0,
+            has_after: 0,
+            after_generation: 0.0,
+            timeout_ms: 0.0,
+        })))
     }
 
-    /// The first `n` ids (`None` when `n` is out of range).
-    fn keys(&self, n: usize) -> Option<KeyIds> {
+    /// The request the JavaScript side wrote, checked as the general path checks the same values.
+    fn request(&self) -> JsResult<WaitRequest> {
         // SAFETY: called on the JS thread during a native call, when no JavaScript can write.
-        unsafe { (*self.0.get()).get(..n).map(KeyIds::from_slice) }
+        let a = unsafe { &*self.0.get() };
+        let keys = a.keys.get(..a.n as usize).ok_or_else(|| Error::invalid("keys: too many keys"))?;
+        let after_generation = match a.has_after {
+            0 => None,
+            _ => Some(u32_of(a.after_generation, "afterGeneration")?),
+        };
+        let timeout_ms = WaitRequest::timeout_from_number(a.timeout_ms)?;
+        let req = WaitRequest { keys: KeyIds::from_slice(keys), exact_keys: Vec::new(), after_generation, timeout_ms };
+        req.validate()?;
+        Ok(req)
     }
 }
 
-unsafe extern "C" fn drop_scratch(_env: sys::napi_env, _data: *mut std::ffi::c_void, hint: *mut std::ffi::c_void) {
+/// What a journal's fast wait function holds: the function's N-API data, dropped by its finalizer.
+struct FastWait {
+    journal: JsJournal,
+    port: Port,
+    args: Arc<FastArgsCell>,
+}
+
+unsafe extern "C" fn drop_fast_args(_env: sys::napi_env, _data: *mut std::ffi::c_void, hint: *mut std::ffi::c_void) {
     if !hint.is_null() {
-        drop(unsafe { Arc::from_raw(hint.cast::<KeyScratch>()) });
+        drop(unsafe { Arc::from_raw(hint.cast::<FastArgsCell>()) });
     }
 }
 
-/// `_keyScratch(handle)`: the `Uint32Array` over the handle's key scratch, or `undefined` where
-/// the runtime refuses external buffers (the JavaScript `waitForAny` then passes its arrays).
-#[napi(js_name = "_keyScratch", skip_typescript)]
-pub fn key_scratch<'env>(env: &'env Env, handle: Unknown) -> napi::Result<Unknown<'env>> {
+unsafe extern "C" fn drop_fast_wait(_env: sys::napi_env, data: *mut std::ffi::c_void, _hint: *mut std::ffi::c_void) {
+    if !data.is_null() {
+        drop(unsafe { Box::from_raw(data.cast::<FastWait>()) });
+    }
+}
+
+/// `_fastWait(handle)`: `[args, wait]` for the journal behind `handle`, or `undefined` where the
+/// runtime refuses what it takes (external buffers, function finalizers); the JavaScript
+/// `waitForAny` then always takes the general path. `args` is the ArrayBuffer over a
+/// [`FastArgs`]; `wait(signal?)` is a native function bound to the journal (its N-API data),
+/// so a call checks no handle and converts no argument but the signal.
+#[napi(js_name = "_fastWait", skip_typescript)]
+pub fn fast_wait<'env>(env: &'env Env, handle: Unknown) -> napi::Result<Unknown<'env>> {
     let h = handle_of(&Js::new(env, handle.raw())).map_err(|e| throw(env, e))?;
     let raw = env.raw();
-    let hint = Arc::into_raw(h.keys.clone());
-    let data = unsafe { (*hint).0.get() };
+    let undefined = || {
+        let mut out = ptr::null_mut();
+        unsafe { sys::napi_get_undefined(raw, &mut out) };
+        Ok(unsafe { Unknown::from_raw_unchecked(raw, out) })
+    };
+    let args = FastArgsCell::new();
+    let hint = Arc::into_raw(args.clone());
     let mut ab = ptr::null_mut();
     let st = unsafe {
         sys::napi_create_external_arraybuffer(
             raw,
-            data.cast(),
-            std::mem::size_of::<[u32; MAX_WAIT_KEYS]>(),
-            Some(drop_scratch),
+            (*hint).0.get().cast(),
+            std::mem::size_of::<FastArgs>(),
+            Some(drop_fast_args),
             hint as *mut std::ffi::c_void,
             &mut ab,
         )
     };
-    let mut out = ptr::null_mut();
     if st != sys::Status::napi_ok {
         drop(unsafe { Arc::from_raw(hint) }); // not taken: no finalizer will run
-        unsafe { sys::napi_get_undefined(raw, &mut out) };
-    } else if unsafe {
-        sys::napi_create_typedarray(raw, sys::TypedarrayType::uint32_array, MAX_WAIT_KEYS, ab, 0, &mut out)
-    } != sys::Status::napi_ok
-    {
-        unsafe { sys::napi_get_undefined(raw, &mut out) };
+        return undefined();
     }
-    Ok(unsafe { Unknown::from_raw_unchecked(raw, out) })
+    let data = Box::into_raw(Box::new(FastWait { journal: h.journal.clone(), port: h.port.clone(), args }));
+    let name = "wait";
+    let mut f = ptr::null_mut();
+    let st = unsafe {
+        sys::napi_create_function(
+            raw,
+            name.as_ptr().cast(),
+            name.len() as isize,
+            Some(fast_wait_cb),
+            data.cast(),
+            &mut f,
+        )
+    };
+    if st != sys::Status::napi_ok
+        || unsafe {
+            sys::napi_add_finalizer(raw, f, data.cast(), Some(drop_fast_wait), ptr::null_mut(), ptr::null_mut())
+        } != sys::Status::napi_ok
+    {
+        // No finalizer owns it, and the function (if any) is dropped unused: free it here.
+        drop(unsafe { Box::from_raw(data) });
+        return undefined();
+    }
+    let mut pair = ptr::null_mut();
+    unsafe {
+        check_ok(sys::napi_create_array_with_length(raw, 2, &mut pair))?;
+        check_ok(sys::napi_set_element(raw, pair, 0, ab))?;
+        check_ok(sys::napi_set_element(raw, pair, 1, f))?;
+    }
+    Ok(unsafe { Unknown::from_raw_unchecked(raw, pair) })
 }
 
-/// `_waitKeys(handle, n, afterGeneration, timeoutMs, signal)`: `waitForAny` whose `n` key ids the
-/// JavaScript caller has checked (u32 numbers, at most [`MAX_WAIT_KEYS`]) and copied into the
-/// handle's key scratch; no exact keys. A raw N-API callback: the hottest registration path pays
-/// no napi-rs wrapper (its per-call borrow scope allocates).
-unsafe extern "C" fn wait_keys_cb(raw: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+fn check_ok(st: sys::napi_status) -> napi::Result<()> {
+    super::js::napi_ok(st)
+}
+
+/// A journal's fast wait function: `wait(signal?)`, the request read from its [`FastArgs`].
+unsafe extern "C" fn fast_wait_cb(raw: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let env = Env::from_raw(raw);
-    let mut argv = [ptr::null_mut(); 5];
+    let mut argv = [ptr::null_mut(); 1];
     let mut argc = argv.len();
-    let st =
-        unsafe { sys::napi_get_cb_info(raw, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), ptr::null_mut()) };
-    let result = if st != sys::Status::napi_ok {
+    let mut data = ptr::null_mut();
+    let st = unsafe { sys::napi_get_cb_info(raw, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), &mut data) };
+    let result = if st != sys::Status::napi_ok || data.is_null() {
         Err(napi::Error::from_reason("cannot read the arguments"))
     } else {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| wait_keys(&env, argv)))
-            .unwrap_or_else(|_| Err(throw(&env, Error::Internal("waitForAny panicked".into()))))
+        // SAFETY: the data is the function's own `FastWait`, freed only by its finalizer, which
+        // cannot run while the function is being called.
+        let w = unsafe { &*data.cast::<FastWait>() };
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let signal = Some(Js::new(&env, argv[0])).filter(|v| argc > 0 && !v.is_nullish());
+            let parsed = w.args.request().map(|req| (req, signal));
+            wait_parsed(&env, &w.journal, &w.port, parsed).map(|v| v.raw())
+        }))
+        .unwrap_or_else(|_| Err(throw(&env, Error::Internal("waitForAny panicked".into()))))
     };
     match result {
         Ok(v) => v,
@@ -574,15 +660,6 @@ unsafe extern "C" fn wait_keys_cb(raw: sys::napi_env, info: sys::napi_callback_i
             ptr::null_mut()
         }
     }
-}
-
-fn wait_keys(env: &Env, [handle, n, after, timeout, signal]: [sys::napi_value; 5]) -> napi::Result<sys::napi_value> {
-    let h = handle_of(&Js::new(env, handle)).map_err(|e| throw(env, e))?;
-    let field = |raw: sys::napi_value| Some(Js::new(env, raw)).filter(|v| !v.is_nullish());
-    let parsed = u32_value(&Js::new(env, n), "n")
-        .and_then(|n| h.keys.keys(n as usize).ok_or_else(|| Error::invalid("n: too many keys")))
-        .and_then(|keys| parse_wait_rest(keys, Vec::new(), [field(after), field(timeout), field(signal)]));
-    wait_parsed(env, &h.journal, &h.port, parsed).map(|v| v.raw())
 }
 
 /// Marks externals made by [`TouchJournal::handle`], so `_waitForAny` never reads another
@@ -682,16 +759,20 @@ pub fn install_js_methods(exports: Object, env: Env) -> napi::Result<()> {
 }
 
 fn try_install_js_methods(env: &Env, exports: Js) -> napi::Result<()> {
-    const SOURCE: &str = r#"(function (proto, handleOf, waitFast, touchFast, scratchOf, waitKeys, maxKeys) {
+    const SOURCE: &str = r#"(function (proto, handleOf, waitFast, touchFast, fastOf, maxKeys, f64At) {
   "use strict";
   const slot = Symbol("durable-touch.journalHandle");
-  // Per journal: the native handle, and the Uint32Array the key ids are copied into (or null).
+  // Per journal: the native handle and, where the runtime allows, the fast path: typed arrays
+  // over the journal's argument buffer (key ids, then n and has-after; afterGeneration and
+  // timeoutMs) and the journal's own wait function, which reads them.
   function handleFor(journal) {
     let r = journal === null || journal === undefined ? undefined : journal[slot];
     if (r === undefined) {
       const h = handleOf.call(journal);
-      const keys = scratchOf(h);
-      r = { h, keys: keys === undefined ? null : keys, calls: 0 };
+      const fast = fastOf(h);
+      r = fast === undefined
+        ? { h, u32: null, f64: null, wait: null, calls: 0 }
+        : { h, u32: new Uint32Array(fast[0], 0, maxKeys + 2), f64: new Float64Array(fast[0], f64At, 2), wait: fast[1], calls: 0 };
       try {
         Object.defineProperty(journal, slot, { value: r });
       } catch {}
@@ -704,20 +785,31 @@ fn try_install_js_methods(env: &Env, exports: Js) -> napi::Result<()> {
     if (typeof args !== "object" || args === null) return waitFast(r.h, args);
     const keys = args.keys, exactKeys = args.exactKeys;
     const afterGeneration = args.afterGeneration, timeoutMs = args.timeoutMs, signal = args.signal;
-    const s = r.keys;
-    // Plain arrays of u32 ids (the common case) are copied here; anything else, and every
-    // error, takes the general path. So does a copy during which another call used the buffer
-    // (an element getter that waits on the same journal), or into a buffer someone detached.
-    if (s !== null && (exactKeys === undefined || exactKeys === null) && Array.isArray(keys) && keys.length <= maxKeys) {
-      const n = keys.length;
-      const mark = (r.calls = (r.calls + 1) | 0);
-      let i = 0;
-      for (; i < n; i++) {
-        const k = keys[i];
-        if (k >>> 0 !== k) break;
-        s[i] = k;
+    const s = r.u32;
+    // Plain arrays of u32 ids with number fields (the common wait) are written to the buffer
+    // here; anything else, and every error, takes the general path. So does a copy during which
+    // another call used the buffer (an element getter that waits on the same journal), or into
+    // a buffer someone detached. The native side checks the numbers as the general path does.
+    if (s !== null && (exactKeys === undefined || exactKeys === null) && Array.isArray(keys) && keys.length <= maxKeys && typeof timeoutMs === "number") {
+      const noAfter = afterGeneration === undefined || afterGeneration === null;
+      if (noAfter || typeof afterGeneration === "number") {
+        const n = keys.length;
+        const mark = (r.calls = (r.calls + 1) | 0);
+        let i = 0;
+        for (; i < n; i++) {
+          const k = keys[i];
+          if (k >>> 0 !== k) break;
+          s[i] = k;
+        }
+        if (i === n && r.calls === mark && s.length === maxKeys + 2) {
+          const f = r.f64;
+          s[maxKeys] = n;
+          s[maxKeys + 1] = noAfter ? 0 : 1;
+          f[0] = noAfter ? 0 : afterGeneration;
+          f[1] = timeoutMs;
+          return r.wait(signal);
+        }
       }
-      if (i === n && r.calls === mark && s.length === maxKeys) return waitKeys(r.h, n, afterGeneration, timeoutMs, signal);
     }
     return waitFast(r.h, args, keys, exactKeys, afterGeneration, timeoutMs, signal);
   }));
@@ -736,24 +828,13 @@ fn try_install_js_methods(env: &Env, exports: Js) -> napi::Result<()> {
     let handle_of = get(&proto, "_handle")?;
     let wait = get(&exports, "_waitForAny")?;
     let touch = get(&exports, "_touch")?;
-    let scratch = get(&exports, "_keyScratch")?;
+    let fast = get(&exports, "_fastWait")?;
     let raw = env.raw();
-    let mut wait_keys = ptr::null_mut();
-    let name = "_waitKeys";
-    super::js::napi_ok(unsafe {
-        sys::napi_create_function(
-            raw,
-            name.as_ptr().cast(),
-            name.len() as isize,
-            Some(wait_keys_cb),
-            ptr::null_mut(),
-            &mut wait_keys,
-        )
-    })?;
-    let mut max_keys = ptr::null_mut();
+    let (mut max_keys, mut f64_at) = (ptr::null_mut(), ptr::null_mut());
     super::js::napi_ok(unsafe { sys::napi_create_uint32(raw, MAX_WAIT_KEYS as u32, &mut max_keys) })?;
+    super::js::napi_ok(unsafe { sys::napi_create_uint32(raw, FAST_ARGS_F64_AT as u32, &mut f64_at) })?;
     let install = super::js::script_fn(env, SOURCE)?;
-    super::js::call(env, install, &[proto.raw, handle_of.raw, wait.raw, touch.raw, scratch.raw, wait_keys, max_keys])
+    super::js::call(env, install, &[proto.raw, handle_of.raw, wait.raw, touch.raw, fast.raw, max_keys, f64_at])
         .map_err(napi::Error::from_reason)?;
     Ok(())
 }
@@ -1056,8 +1137,7 @@ impl TouchJournal {
     /// [`install_js_methods`]).
     #[napi(js_name = "_handle", skip_typescript)]
     pub fn handle<'env>(&self, env: &'env Env) -> napi::Result<Unknown<'env>> {
-        let handle =
-            Box::new(JournalHandle { journal: self.journal.clone(), port: self.port.clone(), keys: KeyScratch::new() });
+        let handle = Box::new(JournalHandle { journal: self.journal.clone(), port: self.port.clone() });
         let raw = env.raw();
         let data = Box::into_raw(handle);
         let mut v = ptr::null_mut();
