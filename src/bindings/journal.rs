@@ -26,15 +26,24 @@ type JsJournal = Journal<JsWaiter>;
 type JsWeakJournal = WeakJournal<JsWaiter>;
 
 /// A parked `waitForAny`: its promise, and the abort listener to remove once it settles.
-/// Stored inline in the journal's waiter slot.
-struct JsWaiter {
-    ticket: Ticket,
-    abort: Option<Box<AbortHook>>,
+/// Stored inline in the journal's waiter slot; a wait with a signal (the rare one) is boxed, so
+/// a plain one takes 16 bytes.
+enum JsWaiter {
+    Plain(Ticket),
+    Abortable(Box<(Ticket, AbortHook)>),
 }
+
+const _: () = assert!(std::mem::size_of::<JsWaiter>() == 16);
 
 impl Waker for JsWaiter {
     fn wake(self, hit: Option<TouchHit>) {
-        let JsWaiter { ticket, abort } = self;
+        let (ticket, abort) = match self {
+            JsWaiter::Plain(t) => (t, None),
+            JsWaiter::Abortable(b) => {
+                let (t, hook) = *b;
+                (t, Some(hook))
+            }
+        };
         let outcome = move |env: &Env| {
             if let Some(hook) = abort {
                 hook.release(env);
@@ -441,7 +450,7 @@ fn wait_parsed<'env>(
                     }
                 });
                 match abort::listen(env, sig, on_abort) {
-                    Ok(h) => Some(Box::new(h)),
+                    Ok(h) => Some(h),
                     Err(e) => return wrap(Port::rejected(env, &e)?),
                 }
             }
@@ -456,7 +465,10 @@ fn wait_parsed<'env>(
             return Err(e);
         }
     };
-    let waiter = JsWaiter { ticket, abort: hook };
+    let waiter = match hook {
+        None => JsWaiter::Plain(ticket),
+        Some(h) => JsWaiter::Abortable(Box::new((ticket, h))),
+    };
     let _js = InJsCall::enter(env); // an immediate null resolves now
     match journal.wait_for_any(req, waiter) {
         Ok(Some(id)) => {

@@ -135,7 +135,7 @@ impl<W> Waiter<W> {
     }
 }
 
-/// A slab slot: the waiter parked there, if any. (64 bytes for a JS waiter: one cache line.)
+/// A slab slot: the waiter parked there, if any (56 bytes for a JS waiter without a signal).
 type Slot<W> = Option<Waiter<W>>;
 
 /// (deadline, slot, tag): the entry is live while the slot holds that registration.
