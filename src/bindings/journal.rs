@@ -499,14 +499,15 @@ fn wait_parsed<'env>(
 struct JournalHandle {
     journal: JsJournal,
     port: Port,
+    args: Arc<FastArgsCell>,
 }
 
 /// The arguments of a plain `waitForAny` (u32 key ids in an array, numbers, no exact keys), as
 /// the JavaScript method writes them through typed arrays over this memory (an external
-/// ArrayBuffer) before calling the journal's own wait function (see [`fast_wait`]): they reach
-/// the core without one N-API call per key or field. Shared by the function and the buffer,
+/// ArrayBuffer, see [`fast_wait`]) before calling `_waitArgs` with the journal's handle: they reach
+/// the core without one N-API call per key or field. Shared by the handle and the buffer,
 /// freed when both are gone. Only the JS thread writes (JavaScript) or reads (the wait
-/// function, while no JavaScript runs).
+/// `_waitArgs`, while no JavaScript runs).
 #[repr(C)]
 struct FastArgs {
     keys: [u32; MAX_WAIT_KEYS],
@@ -560,41 +561,20 @@ impl FastArgsCell {
     }
 }
 
-/// What a journal's fast wait function holds: the function's N-API data, dropped by its finalizer.
-struct FastWait {
-    journal: JsJournal,
-    port: Port,
-    args: Arc<FastArgsCell>,
-}
-
 unsafe extern "C" fn drop_fast_args(_env: sys::napi_env, _data: *mut std::ffi::c_void, hint: *mut std::ffi::c_void) {
     if !hint.is_null() {
         drop(unsafe { Arc::from_raw(hint.cast::<FastArgsCell>()) });
     }
 }
 
-unsafe extern "C" fn drop_fast_wait(_env: sys::napi_env, data: *mut std::ffi::c_void, _hint: *mut std::ffi::c_void) {
-    if !data.is_null() {
-        drop(unsafe { Box::from_raw(data.cast::<FastWait>()) });
-    }
-}
-
-/// `_fastWait(handle)`: `[args, wait]` for the journal behind `handle`, or `undefined` where the
-/// runtime refuses what it takes (external buffers, function finalizers); the JavaScript
-/// `waitForAny` then always takes the general path. `args` is the ArrayBuffer over a
-/// [`FastArgs`]; `wait(signal?)` is a native function bound to the journal (its N-API data),
-/// so a call checks no handle and converts no argument but the signal.
+/// `_fastWait(handle)`: the ArrayBuffer over the [`FastArgs`] of the journal behind `handle`, or
+/// `undefined` where the runtime refuses external buffers (the JavaScript `waitForAny` then
+/// always takes the general path).
 #[napi(js_name = "_fastWait", skip_typescript)]
 pub fn fast_wait<'env>(env: &'env Env, handle: Unknown) -> napi::Result<Unknown<'env>> {
     let h = handle_of(&Js::new(env, handle.raw())).map_err(|e| throw(env, e))?;
     let raw = env.raw();
-    let undefined = || {
-        let mut out = ptr::null_mut();
-        unsafe { sys::napi_get_undefined(raw, &mut out) };
-        Ok(unsafe { Unknown::from_raw_unchecked(raw, out) })
-    };
-    let args = FastArgsCell::new();
-    let hint = Arc::into_raw(args.clone());
+    let hint = Arc::into_raw(h.args.clone());
     let mut ab = ptr::null_mut();
     let st = unsafe {
         sys::napi_create_external_arraybuffer(
@@ -608,60 +588,28 @@ pub fn fast_wait<'env>(env: &'env Env, handle: Unknown) -> napi::Result<Unknown<
     };
     if st != sys::Status::napi_ok {
         drop(unsafe { Arc::from_raw(hint) }); // not taken: no finalizer will run
-        return undefined();
+        unsafe { sys::napi_get_undefined(raw, &mut ab) };
     }
-    let data = Box::into_raw(Box::new(FastWait { journal: h.journal.clone(), port: h.port.clone(), args }));
-    let name = "wait";
-    let mut f = ptr::null_mut();
-    let st = unsafe {
-        sys::napi_create_function(
-            raw,
-            name.as_ptr().cast(),
-            name.len() as isize,
-            Some(fast_wait_cb),
-            data.cast(),
-            &mut f,
-        )
-    };
-    if st != sys::Status::napi_ok
-        || unsafe {
-            sys::napi_add_finalizer(raw, f, data.cast(), Some(drop_fast_wait), ptr::null_mut(), ptr::null_mut())
-        } != sys::Status::napi_ok
-    {
-        // No finalizer owns it, and the function (if any) is dropped unused: free it here.
-        drop(unsafe { Box::from_raw(data) });
-        return undefined();
-    }
-    let mut pair = ptr::null_mut();
-    unsafe {
-        check_ok(sys::napi_create_array_with_length(raw, 2, &mut pair))?;
-        check_ok(sys::napi_set_element(raw, pair, 0, ab))?;
-        check_ok(sys::napi_set_element(raw, pair, 1, f))?;
-    }
-    Ok(unsafe { Unknown::from_raw_unchecked(raw, pair) })
+    Ok(unsafe { Unknown::from_raw_unchecked(raw, ab) })
 }
 
-fn check_ok(st: sys::napi_status) -> napi::Result<()> {
-    super::js::napi_ok(st)
-}
-
-/// A journal's fast wait function: `wait(signal?)`, the request read from its [`FastArgs`].
-unsafe extern "C" fn fast_wait_cb(raw: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+/// `_waitArgs(handle, signal?)`: `waitForAny` with the request the JavaScript side wrote into the
+/// handle's [`FastArgs`]. A raw N-API callback: napi-rs's wrapper allocates a borrow scope per
+/// call, and this is the hottest registration path.
+unsafe extern "C" fn wait_args_cb(raw: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let env = Env::from_raw(raw);
-    let mut argv = [ptr::null_mut(); 1];
+    let mut argv = [ptr::null_mut(); 2];
     let mut argc = argv.len();
-    let mut data = ptr::null_mut();
-    let st = unsafe { sys::napi_get_cb_info(raw, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), &mut data) };
-    let result = if st != sys::Status::napi_ok || data.is_null() {
+    let st =
+        unsafe { sys::napi_get_cb_info(raw, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), ptr::null_mut()) };
+    let result = if st != sys::Status::napi_ok {
         Err(napi::Error::from_reason("cannot read the arguments"))
     } else {
-        // SAFETY: the data is the function's own `FastWait`, freed only by its finalizer, which
-        // cannot run while the function is being called.
-        let w = unsafe { &*data.cast::<FastWait>() };
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let signal = Some(Js::new(&env, argv[0])).filter(|v| argc > 0 && !v.is_nullish());
-            let parsed = w.args.request().map(|req| (req, signal));
-            wait_parsed(&env, &w.journal, &w.port, parsed).map(|v| v.raw())
+            let h = handle_of(&Js::new(&env, argv[0])).map_err(|e| throw(&env, e))?;
+            let signal = Some(Js::new(&env, argv[1])).filter(|v| !v.is_nullish());
+            let parsed = h.args.request().map(|req| (req, signal));
+            wait_parsed(&env, &h.journal, &h.port, parsed).map(|v| v.raw())
         }))
         .unwrap_or_else(|_| Err(throw(&env, Error::Internal("waitForAny panicked".into()))))
     };
@@ -771,20 +719,20 @@ pub fn install_js_methods(exports: Object, env: Env) -> napi::Result<()> {
 }
 
 fn try_install_js_methods(env: &Env, exports: Js) -> napi::Result<()> {
-    const SOURCE: &str = r#"(function (proto, handleOf, waitFast, touchFast, fastOf, maxKeys, f64At) {
+    const SOURCE: &str = r#"(function (proto, handleOf, waitFast, touchFast, fastOf, waitArgs, maxKeys, f64At) {
   "use strict";
   const slot = Symbol("durable-touch.journalHandle");
-  // Per journal: the native handle and, where the runtime allows, the fast path: typed arrays
-  // over the journal's argument buffer (key ids, then n and has-after; afterGeneration and
-  // timeoutMs) and the journal's own wait function, which reads them.
+  // Per journal: the native handle and, where the runtime allows, typed arrays over the
+  // handle's argument buffer (key ids, then n and has-after; afterGeneration and timeoutMs),
+  // which `waitArgs` reads.
   function handleFor(journal) {
     let r = journal === null || journal === undefined ? undefined : journal[slot];
     if (r === undefined) {
       const h = handleOf.call(journal);
-      const fast = fastOf(h);
-      r = fast === undefined
-        ? { h, u32: null, f64: null, wait: null, calls: 0 }
-        : { h, u32: new Uint32Array(fast[0], 0, maxKeys + 2), f64: new Float64Array(fast[0], f64At, 2), wait: fast[1], calls: 0 };
+      const buf = fastOf(h);
+      r = buf === undefined
+        ? { h, u32: null, f64: null, calls: 0 }
+        : { h, u32: new Uint32Array(buf, 0, maxKeys + 2), f64: new Float64Array(buf, f64At, 2), calls: 0 };
       try {
         Object.defineProperty(journal, slot, { value: r });
       } catch {}
@@ -819,7 +767,7 @@ fn try_install_js_methods(env: &Env, exports: Js) -> napi::Result<()> {
           s[maxKeys + 1] = noAfter ? 0 : 1;
           f[0] = noAfter ? 0 : afterGeneration;
           f[1] = timeoutMs;
-          return r.wait(signal);
+          return waitArgs(r.h, signal);
         }
       }
     }
@@ -842,12 +790,28 @@ fn try_install_js_methods(env: &Env, exports: Js) -> napi::Result<()> {
     let touch = get(&exports, "_touch")?;
     let fast = get(&exports, "_fastWait")?;
     let raw = env.raw();
+    let mut wait_args = ptr::null_mut();
+    let name = "_waitArgs";
+    super::js::napi_ok(unsafe {
+        sys::napi_create_function(
+            raw,
+            name.as_ptr().cast(),
+            name.len() as isize,
+            Some(wait_args_cb),
+            ptr::null_mut(),
+            &mut wait_args,
+        )
+    })?;
     let (mut max_keys, mut f64_at) = (ptr::null_mut(), ptr::null_mut());
     super::js::napi_ok(unsafe { sys::napi_create_uint32(raw, MAX_WAIT_KEYS as u32, &mut max_keys) })?;
     super::js::napi_ok(unsafe { sys::napi_create_uint32(raw, FAST_ARGS_F64_AT as u32, &mut f64_at) })?;
     let install = super::js::script_fn(env, SOURCE)?;
-    super::js::call(env, install, &[proto.raw, handle_of.raw, wait.raw, touch.raw, fast.raw, max_keys, f64_at])
-        .map_err(napi::Error::from_reason)?;
+    super::js::call(
+        env,
+        install,
+        &[proto.raw, handle_of.raw, wait.raw, touch.raw, fast.raw, wait_args, max_keys, f64_at],
+    )
+    .map_err(napi::Error::from_reason)?;
     Ok(())
 }
 
@@ -1149,7 +1113,11 @@ impl TouchJournal {
     /// [`install_js_methods`]).
     #[napi(js_name = "_handle", skip_typescript)]
     pub fn handle<'env>(&self, env: &'env Env) -> napi::Result<Unknown<'env>> {
-        let handle = Box::new(JournalHandle { journal: self.journal.clone(), port: self.port.clone() });
+        let handle = Box::new(JournalHandle {
+            journal: self.journal.clone(),
+            port: self.port.clone(),
+            args: FastArgsCell::new(),
+        });
         let raw = env.raw();
         let data = Box::into_raw(handle);
         let mut v = ptr::null_mut();
