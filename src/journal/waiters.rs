@@ -226,13 +226,6 @@ impl<W: Waker> WaiterRegistry<W> {
         self.heap.peek().map(|e| e.0 .0)
     }
 
-    /// Whether any index list may hold a stale entry: every live waiter's entries are stored
-    /// exactly once, so with as many stored entries as live ones there is nothing to purge (a
-    /// burst of registrations then never walks a full list).
-    fn any_stale(&self) -> bool {
-        self.stored_entries > self.live_entries
-    }
-
     pub fn insert(&mut self, spec: WaiterSpec, waker: W) -> WaiterId {
         let slot = match self.free.pop() {
             Some(s) => s,
@@ -257,29 +250,21 @@ impl<W: Waker> WaiterRegistry<W> {
         }
         let waiter = Waiter { tag, after_generation: spec.after_generation, keys, broad: spec.broad, data, waker };
         if spec.broad {
-            if self.any_stale() && self.broad.len() == self.broad.capacity() && self.broad.len() >= 8 {
-                let before = self.broad.len();
-                let slots = &self.slots;
-                self.broad.retain(|&e| is_live(slots, e));
-                self.stored_entries -= before - self.broad.len();
-            }
+            let stale = self.stored_entries - self.live_entries;
+            self.stored_entries -= purge_if_full(&self.slots, &mut self.broad, stale);
             self.broad.push(entry);
         } else {
             for &key in waiter.key_ids() {
-                let stale = self.any_stale();
+                let stale = self.stored_entries - self.live_entries;
                 let list = self.by_key.entry(key).or_default();
-                if stale {
-                    self.stored_entries -= purge_if_full(&self.slots, list);
-                }
+                self.stored_entries -= purge_if_full(&self.slots, list, stale);
                 list.push(entry);
             }
         }
         for &rk in &spec.exact {
-            let stale = self.any_stale();
+            let stale = self.stored_entries - self.live_entries;
             let list = self.by_exact.entry(rk).or_default();
-            if stale {
-                self.stored_entries -= purge_if_full(&self.slots, list);
-            }
+            self.stored_entries -= purge_if_full(&self.slots, list, stale);
             list.push(entry);
         }
         let owned = waiter.entries();
@@ -545,9 +530,11 @@ fn is_live<W>(slots: &[Slot<W>], e: Entry) -> bool {
 }
 
 /// Before a list grows past its capacity, drops its stale entries (so a list never holds much
-/// more than twice its live entries). Returns how many were dropped.
-fn purge_if_full<W>(slots: &[Slot<W>], list: &mut Vec<Entry>) -> usize {
-    if list.len() < list.capacity() || list.len() < 8 {
+/// more than twice its live entries). Returns how many were dropped. `stale` counts the stale
+/// entries across all indexes: every live waiter's entries are stored exactly once, so at 0
+/// there is nothing to drop and a burst of registrations never walks a full list.
+fn purge_if_full<W>(slots: &[Slot<W>], list: &mut Vec<Entry>, stale: usize) -> usize {
+    if stale == 0 || list.len() < list.capacity() || list.len() < 8 {
         return 0;
     }
     let before = list.len();
