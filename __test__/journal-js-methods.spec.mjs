@@ -156,8 +156,8 @@ test("plain arrays of u32 ids are copied in JavaScript; every other key list tak
   j.touch(55);
   j.flush();
   assert.equal((await wShort).keyId, 55);
-  // The fast path's constructor refuses anything but a journal's own handle.
-  for (const handle of [{}, null, 1, j]) assert.throws(() => dt._fastWait(handle), /TouchJournal handle/);
+  // The fast path's buffer accessor refuses anything but a journal's own handle.
+  for (const handle of [{}, null, 1, j]) assert.throws(() => dt._waitArgsBuffer(handle), /TouchJournal handle/);
   j.stop();
 });
 

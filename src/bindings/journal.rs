@@ -504,10 +504,10 @@ struct JournalHandle {
 
 /// The arguments of a plain `waitForAny` (u32 key ids in an array, numbers, no exact keys), as
 /// the JavaScript method writes them through typed arrays over this memory (an external
-/// ArrayBuffer, see [`fast_wait`]) before calling `_waitArgs` with the journal's handle: they reach
-/// the core without one N-API call per key or field. Shared by the handle and the buffer,
-/// freed when both are gone. Only the JS thread writes (JavaScript) or reads (the wait
-/// `_waitArgs`, while no JavaScript runs).
+/// ArrayBuffer, see [`wait_args_buffer`]) before calling `_waitArgs` with the journal's handle:
+/// they reach the core without one N-API call per key or field. Shared by the handle and the
+/// buffer, freed when both are gone. Only the JS thread writes (JavaScript) or reads
+/// (`_waitArgs`, while no JavaScript runs).
 #[repr(C)]
 struct FastArgs {
     keys: [u32; MAX_WAIT_KEYS],
@@ -554,10 +554,7 @@ impl FastArgsCell {
             0 => None,
             _ => Some(u32_of(a.after_generation, "afterGeneration")?),
         };
-        let timeout_ms = WaitRequest::timeout_from_number(a.timeout_ms)?;
-        let req = WaitRequest { keys: KeyIds::from_slice(keys), exact_keys: Vec::new(), after_generation, timeout_ms };
-        req.validate()?;
-        Ok(req)
+        wait_request(KeyIds::from_slice(keys), Vec::new(), after_generation, a.timeout_ms)
     }
 }
 
@@ -567,11 +564,11 @@ unsafe extern "C" fn drop_fast_args(_env: sys::napi_env, _data: *mut std::ffi::c
     }
 }
 
-/// `_fastWait(handle)`: the ArrayBuffer over the [`FastArgs`] of the journal behind `handle`, or
-/// `undefined` where the runtime refuses external buffers (the JavaScript `waitForAny` then
-/// always takes the general path).
-#[napi(js_name = "_fastWait", skip_typescript)]
-pub fn fast_wait<'env>(env: &'env Env, handle: Unknown) -> napi::Result<Unknown<'env>> {
+/// `_waitArgsBuffer(handle)`: the ArrayBuffer over the [`FastArgs`] of the journal behind
+/// `handle`, or `undefined` where the runtime refuses external buffers (the JavaScript
+/// `waitForAny` then always takes the general path).
+#[napi(js_name = "_waitArgsBuffer", skip_typescript)]
+pub fn wait_args_buffer<'env>(env: &'env Env, handle: Unknown) -> napi::Result<Unknown<'env>> {
     let h = handle_of(&Js::new(env, handle.raw())).map_err(|e| throw(env, e))?;
     let raw = env.raw();
     let hint = Arc::into_raw(h.args.clone());
@@ -719,7 +716,7 @@ pub fn install_js_methods(exports: Object, env: Env) -> napi::Result<()> {
 }
 
 fn try_install_js_methods(env: &Env, exports: Js) -> napi::Result<()> {
-    const SOURCE: &str = r#"(function (proto, handleOf, waitFast, touchFast, fastOf, waitArgs, maxKeys, f64At) {
+    const SOURCE: &str = r#"(function (proto, handleOf, waitFast, touchFast, argsBufferOf, waitArgs, maxKeys, f64At) {
   "use strict";
   const slot = Symbol("durable-touch.journalHandle");
   // Per journal: the native handle and, where the runtime allows, typed arrays over the
@@ -729,7 +726,7 @@ fn try_install_js_methods(env: &Env, exports: Js) -> napi::Result<()> {
     let r = journal === null || journal === undefined ? undefined : journal[slot];
     if (r === undefined) {
       const h = handleOf.call(journal);
-      const buf = fastOf(h);
+      const buf = argsBufferOf(h);
       r = buf === undefined
         ? { h, u32: null, f64: null, calls: 0 }
         : { h, u32: new Uint32Array(buf, 0, maxKeys + 2), f64: new Float64Array(buf, f64At, 2), calls: 0 };
@@ -788,7 +785,7 @@ fn try_install_js_methods(env: &Env, exports: Js) -> napi::Result<()> {
     let handle_of = get(&proto, "_handle")?;
     let wait = get(&exports, "_waitForAny")?;
     let touch = get(&exports, "_touch")?;
-    let fast = get(&exports, "_fastWait")?;
+    let args_buffer = get(&exports, "_waitArgsBuffer")?;
     let raw = env.raw();
     let mut wait_args = ptr::null_mut();
     let name = "_waitArgs";
@@ -809,7 +806,7 @@ fn try_install_js_methods(env: &Env, exports: Js) -> napi::Result<()> {
     super::js::call(
         env,
         install,
-        &[proto.raw, handle_of.raw, wait.raw, touch.raw, fast.raw, wait_args, max_keys, f64_at],
+        &[proto.raw, handle_of.raw, wait.raw, touch.raw, args_buffer.raw, wait_args, max_keys, f64_at],
     )
     .map_err(napi::Error::from_reason)?;
     Ok(())
@@ -888,15 +885,6 @@ fn parse_wait_fields([keys, exact, after, timeout, signal]: [Option<Js>; 5]) -> 
         Some(v) => routing_keys(&v, "exactKeys")?,
         None => Vec::new(),
     };
-    parse_wait_rest(keys, exact_keys, [after, timeout, signal])
-}
-
-/// The request from parsed keys and the remaining fields `[afterGeneration, timeoutMs, signal]`.
-fn parse_wait_rest(
-    keys: KeyIds,
-    exact_keys: Vec<u64>,
-    [after, timeout, signal]: [Option<Js>; 3],
-) -> JsResult<(WaitRequest, Option<Js>)> {
     let after_generation = match after {
         Some(v) => Some(u32_value(&v, "afterGeneration")?),
         None => None,
@@ -906,10 +894,21 @@ fn parse_wait_rest(
     if unsafe { sys::napi_get_value_double(timeout.env, timeout.raw, &mut ms) } != sys::Status::napi_ok {
         return Err(Error::invalid("timeoutMs must be a number"));
     }
-    let timeout_ms = WaitRequest::timeout_from_number(ms)?;
+    Ok((wait_request(keys, exact_keys, after_generation, ms)?, signal))
+}
+
+/// The request from checked fields and the timeout as the number given (both paths of
+/// `waitForAny` end here, so they refuse the same values with the same errors).
+fn wait_request(
+    keys: KeyIds,
+    exact_keys: Vec<u64>,
+    after_generation: Option<u32>,
+    timeout_ms: f64,
+) -> JsResult<WaitRequest> {
+    let timeout_ms = WaitRequest::timeout_from_number(timeout_ms)?;
     let req = WaitRequest { keys, exact_keys, after_generation, timeout_ms };
     req.validate()?;
-    Ok((req, signal))
+    Ok(req)
 }
 
 #[napi]
