@@ -1,7 +1,7 @@
 //! Native-only processor throughput (no JS): what the engine's store-backed batches cost
 //! before any touch becomes a JS object.
 //!
-//!   cargo run --release --example process_native -- <workload.jsonl> [--json] [--runs 3]
+//!   cargo run --release --example process_native -- <workload.jsonl> [--json] [--runs 3] [--only fine]
 //!
 //! The file is `node bench/gen-workload.mjs --n N` output. Runs B2 (coarse) and B3 (24
 //! templates, key granularity, unlimited budget) in batches of 10,000 rows, on one thread
@@ -30,6 +30,8 @@ fn main() {
     let json = args.iter().any(|a| a == "--json");
     let runs: usize =
         args.iter().position(|a| a == "--runs").and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(3);
+    // `--only coarse|fine` runs one of the two (for profiling).
+    let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
     let text = std::fs::read_to_string(path).expect("read workload");
     let all_rows: Vec<Row> = text
         .lines()
@@ -53,6 +55,9 @@ fn main() {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
     let mut out = Vec::new();
     for (name, fine, n) in [("coarse", false, all_rows.len()), ("fine", true, all_rows.len().min(100_000))] {
+        if only.as_deref().is_some_and(|o| o != name) {
+            continue;
+        }
         let rows = &all_rows[..n];
         let batch = |chunk: &[Row]| {
             let settings = TouchSettings {

@@ -76,11 +76,25 @@ impl KeySet {
     }
 }
 
+/// How a batch coalesces (P8); both give the same touches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Coalescing {
+    /// Entries live in hash maps while rows are read: needed when a fine budget charges
+    /// each new entry as it opens (P9).
+    Online,
+    /// Without a budget nothing depends on the entries while rows are read: every queued
+    /// touch is recorded in order, and [`Batch::finish`] groups them by one sort (which
+    /// P11's output order needs anyway) and runs the windows group by group. No hash map
+    /// probe per touch.
+    AtFinish,
+}
+
 /// The coalescing state of a batch (P8). Kept per thread between batches so that its
 /// buffers (megabytes for a fine batch) are reused instead of faulted in again.
 #[derive(Default)]
 struct Coalescer {
-    /// Open entries in `Map` insertion order.
+    /// Open entries in `Map` insertion order ([`Coalescing::AtFinish`]: every queued touch,
+    /// in queue order).
     pending: Vec<Pending>,
     by_routing: FxHashMap<u64, usize>,
     by_id: FxHashMap<u32, usize>,
@@ -102,6 +116,132 @@ impl Coalescer {
     }
 }
 
+impl Coalescer {
+    /// P11's order starts with a stable sort by key id: `order` gets each touch of `ids` as
+    /// `key id << 32 | index`, sorted by a stable LSD radix sort on the key id (three 11-bit
+    /// digits) over one flat array, so equal ids keep their index order.
+    fn order_by_key_id(&mut self, ids: impl Iterator<Item = u32>) {
+        let order = &mut self.order;
+        order.clear();
+        order.extend(ids.enumerate().map(|(i, id)| (u64::from(id) << 32) | i as u64));
+        let n = order.len();
+        self.order_tmp.resize(n, 0);
+        const DIGITS: [u32; 3] = [32, 43, 54];
+        let mut counts = [[0usize; 2049]; 3];
+        for &p in order.iter() {
+            for (d, shift) in DIGITS.iter().enumerate() {
+                counts[d][((p >> shift) & 0x7FF) as usize + 1] += 1;
+            }
+        }
+        for (d, shift) in DIGITS.iter().enumerate() {
+            let counts = &mut counts[d];
+            if counts[1..].contains(&n) {
+                continue; // every touch has the same digit: this pass would not move anything
+            }
+            for b in 1..2049 {
+                counts[b] += counts[b - 1];
+            }
+            for &p in order.iter() {
+                let b = ((p >> shift) & 0x7FF) as usize;
+                self.order_tmp[counts[b]] = p;
+                counts[b] += 1;
+            }
+            std::mem::swap(order, &mut self.order_tmp);
+        }
+    }
+
+    /// [`Coalescing::Online`]: the closed entries (in closing order) and the open ones (in
+    /// `Map` order) in P11's order: a stable sort by key id, then routing key ("" first),
+    /// then watermark.
+    fn online_output(&mut self) -> Vec<Touch> {
+        let (flushed, pending) = (std::mem::take(&mut self.flushed), std::mem::take(&mut self.pending));
+        self.order_by_key_id(flushed.iter().chain(pending.iter().map(|p| &p.touch)).map(|t| t.key_id));
+        let at = |i: u32| -> Touch {
+            let i = i as usize;
+            if i < flushed.len() {
+                flushed[i]
+            } else {
+                pending[i - flushed.len()].touch
+            }
+        };
+        let order = &mut self.order;
+        for_each_run(order, |run| {
+            // A run is usually one key's touches, already in watermark order: checking that
+            // reads each touch once, where even a sort of sorted input reads it twice.
+            let key = |p: &u64| {
+                let t = at(*p as u32);
+                (t.routing_key.is_some(), t.routing_key.unwrap_or(0), t.watermark)
+            };
+            if !run.is_sorted_by_key(key) {
+                run.sort_by_key(key);
+            }
+        });
+        let touches = order.iter().map(|&p| at(p as u32)).collect();
+        (self.flushed, self.pending) = (flushed, pending);
+        touches
+    }
+
+    /// [`Coalescing::AtFinish`]: `pending` holds every queued touch in queue order. Sorted
+    /// stably by (key id, routing key), the touches of one `Map` entry (one routing key, or
+    /// one key id without one) are adjacent and in queue order, where the windows run as
+    /// `queue` would run them (a table touch with the coarse window, a template touch with
+    /// the fine one). An entry's emitted touches come out in queue order, which is also their
+    /// emission order in the online run (closed ones in closing order, the open one last), so
+    /// a stable sort by watermark (a no-op unless an entry mixes table and template touches)
+    /// completes P11's order.
+    fn coalesce_at_finish(&mut self, coarse_window: f64, fine_window: f64) -> Vec<Touch> {
+        let raw = std::mem::take(&mut self.pending);
+        self.order_by_key_id(raw.iter().map(|p| p.touch.key_id));
+        let mut out: Vec<Touch> = Vec::with_capacity(raw.len());
+        let entry = |p: &u64| {
+            let t = &raw[*p as u32 as usize].touch;
+            (t.routing_key.is_some(), t.routing_key.unwrap_or(0))
+        };
+        for_each_run(&mut self.order, |run| {
+            if run.len() > 1 && !run.is_sorted_by_key(entry) {
+                run.sort_by_key(entry);
+            }
+            let mut rest = &run[..];
+            while let Some((&first, tail)) = rest.split_first() {
+                let key = entry(&first);
+                let len = tail.iter().take_while(|p| entry(p) == key).count();
+                let from = out.len();
+                let mut open = raw[first as u32 as usize];
+                for &p in &tail[..len] {
+                    let next = &raw[p as u32 as usize];
+                    let window = if next.touch.kind == TouchKind::Table { coarse_window } else { fine_window };
+                    if next.window_start - open.window_start < window {
+                        open.touch.watermark = next.touch.watermark;
+                    } else {
+                        out.push(open.touch);
+                        open = *next;
+                    }
+                }
+                out.push(open.touch);
+                let group = &mut out[from..];
+                if !group.is_sorted_by_key(|t| t.watermark) {
+                    group.sort_by_key(|t| t.watermark);
+                }
+                rest = &tail[len..];
+            }
+        });
+        self.pending = raw;
+        out
+    }
+}
+
+/// Calls `f` on each run of equal key ids (the high halves) of a sorted `order`.
+fn for_each_run(order: &mut [u64], mut f: impl FnMut(&mut [u64])) {
+    let mut rest = order;
+    while !rest.is_empty() {
+        let k = rest[0] >> 32;
+        let len = rest.iter().position(|p| p >> 32 != k).unwrap_or(rest.len());
+        let (run, tail) = rest.split_at_mut(len);
+        f(run);
+        rest = tail;
+    }
+}
+
 thread_local! {
     static COALESCER: std::cell::RefCell<Coalescer> = std::cell::RefCell::new(Coalescer::default());
 }
@@ -115,6 +255,7 @@ struct Batch<'p> {
     infos: Vec<EntityInfo>,
     entity_names: Vec<JsString>,
     co: Coalescer,
+    coalescing: Coalescing,
     remaining: Option<f64>,
     exhausted: bool,
     stats: ProcessStats,
@@ -136,8 +277,22 @@ pub fn process_row_refs<'r>(
     rows: impl IntoIterator<Item = RowRef<'r>>,
     templates: &[TemplateRow],
 ) -> Result<ProcessResult> {
+    process_with(request, count, rows, templates, None)
+}
+
+/// [`process_row_refs`], optionally forcing a [`Coalescing`] (tests compare the two).
+pub(crate) fn process_with<'r>(
+    request: &ProcessRequest,
+    count: usize,
+    rows: impl IntoIterator<Item = RowRef<'r>>,
+    templates: &[TemplateRow],
+    coalescing: Option<Coalescing>,
+) -> Result<ProcessResult> {
     let plan = request.plan()?;
     let mut batch = Batch::new(&plan, if plan.emit_fine { templates } else { &[] });
+    if let Some(c) = coalescing {
+        batch.coalescing = c;
+    }
     batch.reserve(count);
     let mut processed_through = request.from_offset - 1;
     let mut last_offset: Option<i64> = None;
@@ -233,6 +388,7 @@ impl<'p> Batch<'p> {
             infos: Vec::new(),
             entity_names: Vec::new(),
             co: COALESCER.with(|c| std::mem::take(&mut *c.borrow_mut())),
+            coalescing: if plan.budget.is_none() { Coalescing::AtFinish } else { Coalescing::Online },
             remaining: plan.budget,
             exhausted: plan.budget.is_some_and(|b| b <= 0.0),
             stats: ProcessStats::default(),
@@ -278,7 +434,9 @@ impl<'p> Batch<'p> {
         let per_row = if self.templates.is_empty() { 0 } else { 8 };
         let expected = (rows * per_row).min(1 << 20);
         self.co.pending.reserve(expected);
-        self.co.by_routing.reserve(expected);
+        if self.coalescing == Coalescing::Online {
+            self.co.by_routing.reserve(expected);
+        }
         self.co.flushed.reserve(expected / 4);
     }
 
@@ -308,6 +466,12 @@ impl<'p> Batch<'p> {
     /// the entry's first row, and charging new fine entries to the budget.
     fn queue(&mut self, touch: Touch, ts: f64, window: f64) {
         let co = &mut self.co;
+        if self.coalescing == Coalescing::AtFinish {
+            // No budget (so nothing to charge); `window` is the kind's, which finish knows.
+            debug_assert!(self.plan.budget.is_none());
+            co.pending.push(Pending { touch, window_start: ts });
+            return;
+        }
         let next = co.pending.len();
         // One probe: find the entry, or reserve its slot (dropped again if the budget says no).
         let (prev, slot) = match touch.routing_key {
@@ -579,82 +743,11 @@ impl<'p> Batch<'p> {
 
     fn finish(mut self, stream: String, processed_through: i64) -> ProcessResult {
         let co = &mut self.co;
-        let emitted = co.flushed.len() + co.pending.len();
-        let (flushed, pending) = (&co.flushed, &co.pending);
-        let at = |i: u32| -> Touch {
-            let i = i as usize;
-            if i < flushed.len() {
-                flushed[i]
-            } else {
-                pending[i - flushed.len()].touch
-            }
+        let touches = match self.coalescing {
+            Coalescing::Online => co.online_output(),
+            Coalescing::AtFinish => co.coalesce_at_finish(self.plan.coarse_window_ms, self.plan.fine_window_ms),
         };
-        // P11: a stable sort by keyId, then routing key ("" first), then watermark. Each
-        // touch is sorted as `key id << 32 | emission index`: a stable LSD radix sort on the
-        // key id (three 11-bit digits) over one flat array keeps emission order among equal
-        // ids; runs of equal ids (rare) are then sorted stably by (routing key, watermark).
-        let order = &mut co.order;
-        order.clear();
-        order.extend(
-            flushed
-                .iter()
-                .chain(pending.iter().map(|p| &p.touch))
-                .enumerate()
-                .map(|(i, t)| (u64::from(t.key_id) << 32) | i as u64),
-        );
-        co.order_tmp.resize(emitted, 0);
-        const DIGITS: [u32; 3] = [32, 43, 54];
-        let mut counts = [[0usize; 2049]; 3];
-        for &p in order.iter() {
-            for (d, shift) in DIGITS.iter().enumerate() {
-                counts[d][((p >> shift) & 0x7FF) as usize + 1] += 1;
-            }
-        }
-        for (d, shift) in DIGITS.iter().enumerate() {
-            let counts = &mut counts[d];
-            if counts[1..].contains(&emitted) {
-                continue; // every touch has the same digit: this pass would not move anything
-            }
-            for b in 1..2049 {
-                counts[b] += counts[b - 1];
-            }
-            for &p in order.iter() {
-                let b = ((p >> shift) & 0x7FF) as usize;
-                co.order_tmp[counts[b]] = p;
-                counts[b] += 1;
-            }
-            std::mem::swap(order, &mut co.order_tmp);
-        }
-        let mut start = 0;
-        while start < emitted {
-            let k = order[start] >> 32;
-            let mut end = start + 1;
-            while end < emitted && order[end] >> 32 == k {
-                end += 1;
-            }
-            if end - start > 1 {
-                let key = |p: &u64| {
-                    let t = at(*p as u32);
-                    (t.routing_key.is_some(), t.routing_key.unwrap_or(0), t.watermark)
-                };
-                // A run is usually one key's touches, already in watermark order: checking
-                // that reads each touch once, where even a sort of sorted input reads it twice.
-                let run = &mut order[start..end];
-                if !run.is_sorted_by_key(key) {
-                    run.sort_by_key(key);
-                }
-            }
-            start = end;
-        }
-        let mut table_touches = 0usize;
-        let touches: Vec<Touch> = order
-            .iter()
-            .map(|&p| {
-                let t = at(p as u32);
-                table_touches += (t.kind == TouchKind::Table) as usize;
-                t
-            })
-            .collect();
+        let table_touches = touches.iter().filter(|t| t.kind == TouchKind::Table).count();
         let mut co = std::mem::take(&mut self.co);
         co.clear();
         COALESCER.with(|c| *c.borrow_mut() = co);
@@ -774,3 +867,6 @@ pub(crate) mod tests;
 
 #[cfg(test)]
 mod complete_tests;
+
+#[cfg(test)]
+mod coalescing_tests;
