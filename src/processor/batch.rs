@@ -4,7 +4,9 @@
 //! semantics (budgets and windows are f64: a NaN budget never runs out, a NaN window never
 //! coalesces), its `Map` insertion orders (a re-opened coalescing entry keeps its place) and
 //! its stable output sort. Only the data structures differ: keys are u64/u32 instead of
-//! strings, and rows are read without building a JSON tree (see [`crate::changes`]).
+//! strings, rows are read without building a JSON tree (see [`crate::changes`]), and a batch
+//! without a fine budget coalesces once at the end, by sorting, instead of a `Map` lookup per
+//! touch ([`Coalescing`]).
 
 use std::borrow::Cow;
 
