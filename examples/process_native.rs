@@ -4,7 +4,8 @@
 //!   cargo run --release --example process_native -- <workload.jsonl> [--json] [--runs 3] [--only fine]
 //!
 //! The file is `node bench/gen-workload.mjs --n N` output. Runs B2 (coarse) and B3 (24
-//! templates, key granularity, unlimited budget) in batches of 10,000 rows, on one thread
+//! templates, key granularity, unlimited budget) and "hot" (B3 on rows that repeat the same
+//! 50 records) in batches of 10,000 rows, on one thread
 //! (batches one after another) and on all cores (batches spread over the processor pool's
 //! threads), and prints rows/s (medians with `--json`; bench/process.mjs reads that).
 use std::time::Instant;
@@ -54,11 +55,21 @@ fn main() {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
     let mut out = Vec::new();
-    for (name, fine, n) in [("coarse", false, all_rows.len()), ("fine", true, all_rows.len().min(100_000))] {
+    // "hot": B3's settings on rows that touch the same keys again and again (the first 50
+    // records, repeated to 100,000 rows at new offsets), where coalescing stays online.
+    let hot_rows: Vec<Row> = (0..all_rows.len().min(100_000))
+        .map(|i| Row { offset: i as i64, ts_ms: 1704067200000.0 + i as f64, payload: all_rows[i % 50].payload.clone() })
+        .collect();
+    let workloads = [
+        ("coarse", false, &all_rows[..]),
+        ("fine", true, &all_rows[..all_rows.len().min(100_000)]),
+        ("hot", true, &hot_rows[..]),
+    ];
+    for (name, fine, rows) in workloads {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
         }
-        let rows = &all_rows[..n];
+        let n = rows.len();
         let batch = |chunk: &[Row]| {
             let settings = TouchSettings {
                 coarse_interval_ms: Some(100.0),

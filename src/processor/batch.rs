@@ -78,17 +78,43 @@ impl KeySet {
     }
 }
 
-/// How a batch coalesces (P8); both give the same touches.
+/// How a batch coalesces (P8) at the moment; every way gives the same touches.
+///
+/// A batch starts online. Without a fine budget, a batch whose touches are mostly new keys
+/// (fewer than [`MAX_REPEATS`] touches per entry when it has [`DEFER_AT`] entries, or twice
+/// as many, and so on) defers the rest to the finish, where one sort costs less than a hash
+/// probe per touch (B3's batches defer after a few hundred rows); a batch that touches the
+/// same keys again and again stays online, where a repeat costs an update in place.
+/// Recording costs memory per touch where entries cost it per key, so a deferred batch that
+/// has recorded [`RECORD_LIMIT`] touches goes online again, for good.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Coalescing {
+enum Coalescing {
     /// Entries live in hash maps while rows are read: needed when a fine budget charges
     /// each new entry as it opens (P9).
     Online,
     /// Without a budget nothing depends on the entries while rows are read: every queued
     /// touch is recorded in order, and [`Batch::finish`] groups them by one sort (which
-    /// P11's output order needs anyway) and runs the windows group by group. No hash map
-    /// probe per touch.
+    /// P11's output order needs anyway) and runs the windows group by group.
     AtFinish,
+}
+
+/// Open entries at which an online batch without a budget first considers deferring.
+const DEFER_AT: usize = 1 << 10;
+/// Touches per open entry below which it defers.
+const MAX_REPEATS: usize = 2;
+/// Touches a deferred batch records (56 MiB) before it goes online again.
+const RECORD_LIMIT: usize = 1 << 20;
+
+/// When a batch changes its [`Coalescing`] (tests set small values).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Switches {
+    /// Open entries at which an online batch without a budget next considers deferring;
+    /// `usize::MAX`: never.
+    pub defer_at: usize,
+    /// It defers when it has queued fewer than this many touches per open entry.
+    pub max_repeats: usize,
+    /// Touches a deferred batch records before it goes online for good.
+    pub record_limit: usize,
 }
 
 /// The coalescing state of a batch (P8). Kept per thread between batches so that its
@@ -258,6 +284,9 @@ struct Batch<'p> {
     entity_names: Vec<JsString>,
     co: Coalescer,
     coalescing: Coalescing,
+    switches: Switches,
+    /// Touches queued while online.
+    queued_online: usize,
     remaining: Option<f64>,
     exhausted: bool,
     stats: ProcessStats,
@@ -282,18 +311,18 @@ pub fn process_row_refs<'r>(
     process_with(request, count, rows, templates, None)
 }
 
-/// [`process_row_refs`], optionally forcing a [`Coalescing`] (tests compare the two).
+/// [`process_row_refs`] with other [`Switches`] than the default (tests compare them).
 pub(crate) fn process_with<'r>(
     request: &ProcessRequest,
     count: usize,
     rows: impl IntoIterator<Item = RowRef<'r>>,
     templates: &[TemplateRow],
-    coalescing: Option<Coalescing>,
+    switches: Option<Switches>,
 ) -> Result<ProcessResult> {
     let plan = request.plan()?;
     let mut batch = Batch::new(&plan, if plan.emit_fine { templates } else { &[] });
-    if let Some(c) = coalescing {
-        batch.coalescing = c;
+    if let Some(s) = switches {
+        batch.switches = Switches { defer_at: s.defer_at.max(1), record_limit: s.record_limit.max(1), ..s };
     }
     batch.reserve(count);
     let mut processed_through = request.from_offset - 1;
@@ -390,7 +419,13 @@ impl<'p> Batch<'p> {
             infos: Vec::new(),
             entity_names: Vec::new(),
             co: COALESCER.with(|c| std::mem::take(&mut *c.borrow_mut())),
-            coalescing: if plan.budget.is_none() { Coalescing::AtFinish } else { Coalescing::Online },
+            coalescing: Coalescing::Online,
+            switches: Switches {
+                defer_at: if plan.budget.is_none() { DEFER_AT } else { usize::MAX },
+                max_repeats: MAX_REPEATS,
+                record_limit: RECORD_LIMIT,
+            },
+            queued_online: 0,
             remaining: plan.budget,
             exhausted: plan.budget.is_some_and(|b| b <= 0.0),
             stats: ProcessStats::default(),
@@ -436,9 +471,7 @@ impl<'p> Batch<'p> {
         let per_row = if self.templates.is_empty() { 0 } else { 8 };
         let expected = (rows * per_row).min(1 << 20);
         self.co.pending.reserve(expected);
-        if self.coalescing == Coalescing::Online {
-            self.co.by_routing.reserve(expected);
-        }
+        self.co.by_routing.reserve(expected.min(4 * self.switches.defer_at));
         self.co.flushed.reserve(expected / 4);
     }
 
@@ -467,13 +500,59 @@ impl<'p> Batch<'p> {
     /// P8 + P9: queue a touch, coalescing by routing key (or key id) within `window` ms of
     /// the entry's first row, and charging new fine entries to the budget.
     fn queue(&mut self, touch: Touch, ts: f64, window: f64) {
-        let co = &mut self.co;
         if self.coalescing == Coalescing::AtFinish {
             // No budget (so nothing to charge); `window` is the kind's, which finish knows.
             debug_assert!(self.plan.budget.is_none());
-            co.pending.push(Pending { touch, window_start: ts });
+            self.co.pending.push(Pending { touch, window_start: ts });
+            if self.co.pending.len() >= self.switches.record_limit {
+                self.go_online();
+            }
             return;
         }
+        self.queued_online += 1;
+        self.queue_online(touch, ts, window);
+        let entries = self.co.pending.len();
+        if entries >= self.switches.defer_at {
+            if self.queued_online < entries.saturating_mul(self.switches.max_repeats) {
+                self.defer();
+            } else {
+                self.switches.defer_at = self.switches.defer_at.saturating_mul(2);
+            }
+        }
+    }
+
+    /// Online → [`Coalescing::AtFinish`]: the entries so far become the first records, each
+    /// entry's closed touches (with a NaN window start, which no later touch falls within,
+    /// so they come out as they are) before its open one (with its real start), which is
+    /// where an entry's touches are in queue order.
+    #[cold]
+    fn defer(&mut self) {
+        debug_assert!(self.plan.budget.is_none());
+        let co = &mut self.co;
+        self.coalescing = Coalescing::AtFinish;
+        // In place, so that `pending` keeps the room `reserve` made.
+        co.pending.splice(0..0, co.flushed.drain(..).map(|touch| Pending { touch, window_start: f64::NAN }));
+        co.by_routing.clear();
+        co.by_id.clear();
+    }
+
+    /// [`Coalescing::AtFinish`] → online, for good: queueing the records again, online, gives
+    /// the entries an online run would have (a NaN-started record is closed by the next
+    /// record of its entry, as it was).
+    #[cold]
+    fn go_online(&mut self) {
+        self.coalescing = Coalescing::Online;
+        self.switches.defer_at = usize::MAX;
+        let recorded = std::mem::take(&mut self.co.pending);
+        let plan = self.plan;
+        for p in &recorded {
+            let window = if p.touch.kind == TouchKind::Table { plan.coarse_window_ms } else { plan.fine_window_ms };
+            self.queue_online(p.touch, p.window_start, window);
+        }
+    }
+
+    fn queue_online(&mut self, touch: Touch, ts: f64, window: f64) {
+        let co = &mut self.co;
         let next = co.pending.len();
         // One probe: find the entry, or reserve its slot (dropped again if the budget says no).
         let (prev, slot) = match touch.routing_key {

@@ -1,6 +1,6 @@
-//! [`Coalescing::AtFinish`] against [`Coalescing::Online`]: on random batches without a fine
-//! budget (the only batches that coalesce at finish), the two must give the same result,
-//! touch for touch and stat for stat. Windows include 0, NaN and negatives (every touch
+//! Coalescing online, deferred to the finish, and switching between the two part way
+//! ([`Switches`]): on random batches without a fine budget (the only batches that defer), every
+//! way must give the same result as staying online, touch for touch and stat for stat. Windows include 0, NaN and negatives (every touch
 //! closes its entry), timestamps repeat, go backwards and are non-finite; entities are
 //! untrimmed (B19, complete mode); templates mix granularities and hot-template modes.
 
@@ -130,22 +130,38 @@ fn request() -> impl Strategy<Value = ProcessRequest> {
         })
 }
 
-fn run(req: &ProcessRequest, rows: &[Row], coalescing: Coalescing) -> Result<ProcessResult> {
-    process_with(req, rows.len(), rows.iter().map(Row::as_ref), &templates(), Some(coalescing))
+const ONLINE: Switches = Switches { defer_at: usize::MAX, max_repeats: 0, record_limit: usize::MAX };
+/// Deferred from the first touch on.
+const AT_FINISH: Switches = Switches { defer_at: 1, max_repeats: usize::MAX, record_limit: usize::MAX };
+
+fn run(req: &ProcessRequest, rows: &[Row], switches: Switches) -> Result<ProcessResult> {
+    process_with(req, rows.len(), rows.iter().map(Row::as_ref), &templates(), Some(switches))
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
     #[test]
-    fn coalescing_at_finish_matches_online(req in request(), rows in rows()) {
+    fn coalescing_at_finish_matches_online(
+        req in request(),
+        rows in rows(),
+        defer_at in 1..40usize,
+        max_repeats in 1..4usize,
+        record_limit in 1..80usize,
+    ) {
         prop_assert!(req.plan().unwrap().budget.is_none());
-        let online = run(&req, &rows, Coalescing::Online);
-        let at_finish = run(&req, &rows, Coalescing::AtFinish);
-        match (online, at_finish) {
-            (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
-            (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
-            (a, b) => prop_assert!(false, "online {:?} vs at finish {:?}", a.map(|r| r.touches.len()), b.map(|r| r.touches.len())),
+        let online = run(&req, &rows, ONLINE);
+        // All at finish; deferred part way; deferred and back online part way; deferred
+        // (or not) by the repeat rule.
+        let part_way = Switches { defer_at, max_repeats: usize::MAX, record_limit: usize::MAX };
+        let back = Switches { record_limit, ..part_way };
+        let by_rule = Switches { defer_at, max_repeats, record_limit };
+        for at_finish in [run(&req, &rows, AT_FINISH), run(&req, &rows, part_way), run(&req, &rows, back), run(&req, &rows, by_rule)] {
+            match (&online, at_finish) {
+                (Ok(a), Ok(b)) => prop_assert_eq!(a, &b),
+                (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+                (a, b) => prop_assert!(false, "online {:?} vs at finish {:?}", a.as_ref().map(|r| r.touches.len()), b.map(|r| r.touches.len())),
+            }
         }
     }
 }
@@ -172,8 +188,8 @@ fn windows_close_alike() {
             fine_touch_budget_per_batch: None,
         };
         let req = ProcessRequest::new("s", 0, 10, touch);
-        let online = run(&req, &rows, Coalescing::Online).unwrap();
-        let at_finish = run(&req, &rows, Coalescing::AtFinish).unwrap();
+        let online = run(&req, &rows, ONLINE).unwrap();
+        let at_finish = run(&req, &rows, AT_FINISH).unwrap();
         assert_eq!(online, at_finish);
         // Window 0 is floored to 1 ms (P1): rows 2 apart in time never share a window; a huge
         // window folds everything into one touch per key (table, x=0, x=1: 3 keys × 2 kinds).
@@ -214,7 +230,7 @@ fn an_entry_shared_by_table_and_template_touches_sorts_by_watermark() {
     let mut req = ProcessRequest::new("s", 0, 10, touch);
     req.fine_granularity = Granularity::Template;
     req.processing_mode = Mode::HotTemplatesOnly;
-    let results = [Coalescing::Online, Coalescing::AtFinish].map(|c| {
+    let results = [ONLINE, AT_FINISH].map(|c| {
         process_with(&req, rows.len(), rows.iter().map(Row::as_ref), std::slice::from_ref(&template), Some(c)).unwrap()
     });
     assert_eq!(results[0], results[1]);
