@@ -5,8 +5,8 @@
 //! coalesces), its `Map` insertion orders (a re-opened coalescing entry keeps its place) and
 //! its stable output sort. Only the data structures differ: keys are u64/u32 instead of
 //! strings, rows are read without building a JSON tree (see [`crate::changes`]), and a batch
-//! without a fine budget coalesces once at the end, by sorting, instead of a `Map` lookup per
-//! touch ([`Coalescing`]).
+//! without a fine budget whose touches are mostly new keys coalesces at the end, by sorting,
+//! instead of a `Map` lookup per touch (see `Coalescing`).
 
 use std::borrow::Cow;
 
