@@ -471,7 +471,7 @@ impl<'p> Batch<'p> {
         let per_row = if self.templates.is_empty() { 0 } else { 8 };
         let expected = (rows * per_row).min(1 << 20);
         self.co.pending.reserve(expected);
-        self.co.by_routing.reserve(expected.min(4 * self.switches.defer_at));
+        self.co.by_routing.reserve(expected.min(self.switches.defer_at.saturating_mul(4)));
         self.co.flushed.reserve(expected / 4);
     }
 
