@@ -121,8 +121,8 @@ pub(crate) struct Switches {
 /// buffers (megabytes for a fine batch) are reused instead of faulted in again.
 #[derive(Default)]
 struct Coalescer {
-    /// Open entries in `Map` insertion order ([`Coalescing::AtFinish`]: every queued touch,
-    /// in queue order).
+    /// Open entries in `Map` insertion order; deferred ([`Coalescing::AtFinish`]): the
+    /// records, in queue order (see [`Batch::defer`]).
     pending: Vec<Pending>,
     by_routing: FxHashMap<u64, usize>,
     by_id: FxHashMap<u32, usize>,
