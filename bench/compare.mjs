@@ -48,6 +48,11 @@ export const BENCHES = {
       ["coarse rows/s, packed all cores vs one worker", "B2-process-coarse", "results.packed.allCores.medianRowsPerSec", "B2-process-coarse", "results.medianRowsPerSec", "higher"],
       ["fine rows/s, packed one thread vs one worker", "B3-process-fine", "results.packed.medianRowsPerSec", "B3-process-fine", "results.medianRowsPerSec", "higher"],
       ["fine rows/s, packed all cores vs one worker", "B3-process-fine", "results.packed.allCores.medianRowsPerSec", "B3-process-fine", "results.medianRowsPerSec", "higher"],
+      // TouchEngine.processBatch: rows read from the native Store, as the reference's worker
+      // reads its SQLite.
+      ["coarse rows/s, store-backed one thread vs one worker", "B2-process-coarse", "results.storeBacked.medianRowsPerSec", "B2-process-coarse", "results.medianRowsPerSec", "higher"],
+      ["fine rows/s, store-backed one thread vs one worker", "B3-process-fine", "results.storeBacked.medianRowsPerSec", "B3-process-fine", "results.medianRowsPerSec", "higher"],
+      ["fine rows/s, store-backed packed one thread vs one worker", "B3-process-fine", "results.storeBacked.packed.medianRowsPerSec", "B3-process-fine", "results.medianRowsPerSec", "higher"],
       ["coarse rows/s, native core one thread vs one worker", "B2-process-coarse", "results.native.medianRowsPerSec", "B2-process-coarse", "results.medianRowsPerSec", "higher"],
       ["coarse rows/s, native core all cores vs one worker", "B2-process-coarse", "results.native.allCores.medianRowsPerSec", "B2-process-coarse", "results.medianRowsPerSec", "higher"],
       ["fine rows/s, native core one thread vs one worker", "B3-process-fine", "results.native.medianRowsPerSec", "B3-process-fine", "results.medianRowsPerSec", "higher"],

@@ -17,16 +17,22 @@
 // `output: "packed"` (the same touches as typed arrays, `results.packed`). Each pass folds the
 // results into counters; the packed pass reads `packed.count` and never builds objects.
 //
+// `results.storeBacked` runs the same batches through `TouchEngine.processBatch`, which reads
+// the rows and the active templates from the native Store (SQLite) on the pool, as the
+// reference's worker reads its SQLite: the WAL is written first (one append per record, with
+// appendMs = T0 + offset; the 24 templates activated before the first row for B3), then timed
+// one batch at a time, both outputs (skipped with --no-store).
+//
 // `results.native` adds the native core alone (examples/process_native.rs, built with
 // `cargo --release`; skipped with --no-native or without cargo): the same batches without the
 // JS side (rows handed in, touch objects built), which is what the engine's store-backed
 // batches cost before the journal.
 import { cpus, loadavg, tmpdir } from "node:os";
 import { spawnSync } from "node:child_process";
-import { writeFileSync, rmSync } from "node:fs";
+import { writeFileSync, rmSync, mkdtempSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
-import { generateRecords } from "./gen-workload.mjs";
+import { generateRecords, templateDecls } from "./gen-workload.mjs";
 import { createRequire } from "node:module";
 import { workloadRows, activeTemplates, requestBase, canonicalSha } from "./process-workload.mjs";
 import { unpackTouches } from "../lib/packed.mjs";
@@ -114,6 +120,50 @@ function nativeRates() {
     return JSON.parse(r.stdout.trim().split("\n").pop());
   } finally {
     rmSync(file, { force: true });
+  }
+}
+
+/** Store-backed passes: TouchEngine.processBatch over a WAL of the same records. */
+async function storeBacked(n, kind, base) {
+  if (process.argv.includes("--no-store")) return null;
+  const dir = mkdtempSync(join(tmpdir(), "dt-process-store-"));
+  const store = dt.Store.open(join(dir, "wal.sqlite"));
+  // checkIntervalMs 0: no safety-net tick; the engine's own loop processes the appends once
+  // (settled below) and then idles while the batches are timed.
+  const engine = new dt.TouchEngine(store, { checkIntervalMs: 0 });
+  try {
+    await store.createStream(base.stream, { contentType: "application/json" });
+    engine.setTouchConfig(base.stream, { enabled: true });
+    if (kind === "fine") engine.activateTemplates(base.stream, templateDecls());
+    const records = generateRecords({ n, seed: SEED });
+    const appends = [];
+    for (let i = 0; i < n; i++) appends.push(store.append(base.stream, [records[i]], { appendMs: 1704067200000 + i }));
+    await Promise.all(appends);
+    await engine.meta(base.stream, { settle: "flush" });
+    const pass = async (output) => {
+      const t0 = performance.now();
+      let from = 0;
+      let touches = 0;
+      while (from < n) {
+        const r = await engine.processBatch({ ...base, output, fromOffset: BigInt(from), toOffset: BigInt(n - 1) });
+        touches += output === "packed" ? r.packed.count : r.touches.length;
+        from = Number(r.processedThrough) + 1;
+      }
+      return { rowsPerSec: round(n / ((performance.now() - t0) / 1000)), touches };
+    };
+    await pass("objects"); // warm-up
+    const objects = [];
+    const packed = [];
+    for (let i = 0; i < RUNS; i++) {
+      objects.push(await pass("objects"));
+      packed.push(await pass("packed"));
+      log(`${kind} store-backed run ${i + 1}/${RUNS}: objects ${objects[i].rowsPerSec} rows/s, packed ${packed[i].rowsPerSec} rows/s`);
+    }
+    return { objects, packed };
+  } finally {
+    await engine.close();
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
   }
 }
 
@@ -206,6 +256,17 @@ async function bench(name, n, kind, templates, native) {
     },
   };
   line.results.packed = { output: "packed", ...summary(singlePacked, multiPacked) };
+  const fromStore = await storeBacked(n, kind, base);
+  if (fromStore) {
+    for (const p of [...fromStore.objects, ...fromStore.packed]) {
+      if (p.touches !== first.touches) throw new Error(`store-backed pass emitted ${p.touches} touches, processRows ${first.touches}`);
+    }
+    line.results.storeBacked = {
+      driver: "TouchEngine.processBatch (rows and templates read from the native Store), one batch in flight",
+      medianRowsPerSec: round(median(fromStore.objects.map((p) => p.rowsPerSec))),
+      packed: { medianRowsPerSec: round(median(fromStore.packed.map((p) => p.rowsPerSec))) },
+    };
+  }
   if (native) line.results.native = { driver: "examples/process_native.rs (no JS)", n: native.rows, medianRowsPerSec: native.medianRowsPerSec, allCores: native.allCores };
   if (fixture) line.fixture = fixture;
   console.log(JSON.stringify(line));
