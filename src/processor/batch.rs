@@ -212,12 +212,11 @@ impl Coalescer {
     /// [`Coalescing::AtFinish`]: `pending` holds every queued touch in queue order. Sorted
     /// stably by (key id, routing key), the touches of one `Map` entry (one routing key, or
     /// one key id without one) are adjacent and in queue order, where the windows run as
-    /// `queue` would run them (a table touch with the coarse window, a template touch with
-    /// the fine one). An entry's emitted touches come out in queue order, which is also their
+    /// `queue` would run them (each touch with its kind's window, [`Plan::window_ms`]). An entry's emitted touches come out in queue order, which is also their
     /// emission order in the online run (closed ones in closing order, the open one last), so
     /// a stable sort by watermark (a no-op unless an entry mixes table and template touches)
     /// completes P11's order.
-    fn coalesce_at_finish(&mut self, coarse_window: f64, fine_window: f64) -> Vec<Touch> {
+    fn coalesce_at_finish(&mut self, plan: &Plan) -> Vec<Touch> {
         let raw = std::mem::take(&mut self.pending);
         self.order_by_key_id(raw.iter().map(|p| p.touch.key_id));
         let mut out: Vec<Touch> = Vec::with_capacity(raw.len());
@@ -237,8 +236,7 @@ impl Coalescer {
                 let mut open = raw[first as u32 as usize];
                 for &p in &tail[..len] {
                     let next = &raw[p as u32 as usize];
-                    let window = if next.touch.kind == TouchKind::Table { coarse_window } else { fine_window };
-                    if next.window_start - open.window_start < window {
+                    if next.window_start - open.window_start < plan.window_ms(next.touch.kind) {
                         open.touch.watermark = next.touch.watermark;
                     } else {
                         out.push(open.touch);
@@ -402,7 +400,7 @@ pub(crate) fn process_with<'r>(
                     kind: TouchKind::Template,
                     template: Some(tpl.index),
                 };
-                batch.queue(touch, ts, plan.fine_window_ms);
+                batch.queue(touch, ts);
             }
         }
     }
@@ -497,11 +495,12 @@ impl<'p> Batch<'p> {
         index as usize
     }
 
-    /// P8 + P9: queue a touch, coalescing by routing key (or key id) within `window` ms of
-    /// the entry's first row, and charging new fine entries to the budget.
-    fn queue(&mut self, touch: Touch, ts: f64, window: f64) {
+    /// P8 + P9: queue a touch, coalescing by routing key (or key id) within its kind's window
+    /// ([`Plan::window_ms`]) of the entry's first row, and charging new fine entries to the
+    /// budget.
+    fn queue(&mut self, touch: Touch, ts: f64) {
         if self.coalescing == Coalescing::AtFinish {
-            // No budget (so nothing to charge); `window` is the kind's, which finish knows.
+            // No budget, so nothing to charge.
             debug_assert!(self.plan.budget.is_none());
             self.co.pending.push(Pending { touch, window_start: ts });
             if self.co.pending.len() >= self.switches.record_limit {
@@ -510,7 +509,7 @@ impl<'p> Batch<'p> {
             return;
         }
         self.queued_online += 1;
-        self.queue_online(touch, ts, window);
+        self.queue_online(touch, ts);
         let entries = self.co.pending.len();
         if entries >= self.switches.defer_at {
             if self.queued_online < entries.saturating_mul(self.switches.max_repeats) {
@@ -544,14 +543,13 @@ impl<'p> Batch<'p> {
         self.coalescing = Coalescing::Online;
         self.switches.defer_at = usize::MAX;
         let recorded = std::mem::take(&mut self.co.pending);
-        let plan = self.plan;
         for p in &recorded {
-            let window = if p.touch.kind == TouchKind::Table { plan.coarse_window_ms } else { plan.fine_window_ms };
-            self.queue_online(p.touch, p.window_start, window);
+            self.queue_online(p.touch, p.window_start);
         }
     }
 
-    fn queue_online(&mut self, touch: Touch, ts: f64, window: f64) {
+    fn queue_online(&mut self, touch: Touch, ts: f64) {
+        let window = self.plan.window_ms(touch.kind);
         let co = &mut self.co;
         let next = co.pending.len();
         // One probe: find the entry, or reserve its slot (dropped again if the budget says no).
@@ -629,7 +627,6 @@ impl<'p> Batch<'p> {
                 template: None,
             },
             ts,
-            plan.coarse_window_ms,
         );
         // Complete mode, B19: templates are declared with trimmed entities, so a change whose
         // `type` has surrounding spaces is matched (and table-touched) as the trimmed entity too.
@@ -642,7 +639,6 @@ impl<'p> Batch<'p> {
             self.queue(
                 Touch { key_id, routing_key: None, watermark: offset, entity, kind: TouchKind::Table, template: None },
                 ts,
-                plan.coarse_window_ms,
             );
         }
         if !plan.emit_fine || self.exhausted {
@@ -679,7 +675,6 @@ impl<'p> Batch<'p> {
         offset: i64,
         ts: f64,
     ) -> Result<()> {
-        let window = self.plan.fine_window_ms;
         // The changed fields of a same-tuple update, computed once for all templates (P7).
         let mut changed: Option<Vec<Cow<'a, [u8]>>> = None;
         for &t in tpls {
@@ -700,7 +695,7 @@ impl<'p> Batch<'p> {
                 template: Some(tpl_index),
             };
             if self.plan.granularity == Granularity::Template {
-                self.queue(template_touch(template_key_id, None), ts, window);
+                self.queue(template_touch(template_key_id, None), ts);
                 if self.exhausted {
                     break;
                 }
@@ -714,14 +709,14 @@ impl<'p> Batch<'p> {
                 // B5: the change concerns tuples its images do not name; the template key
                 // reaches every waiter of this template (the engine adds the catch-all key).
                 self.stats.uncovered_changes += 1.0;
-                self.queue(template_touch(template_key_id, None), ts, window);
+                self.queue(template_touch(template_key_id, None), ts);
                 if self.exhausted {
                     break;
                 }
             }
             for set in [&watch, &membership, &projected] {
                 for &(id, key) in set.0.iter() {
-                    self.queue(template_touch(id, Some(key)), ts, window);
+                    self.queue(template_touch(id, Some(key)), ts);
                     if self.exhausted {
                         break;
                     }
@@ -826,7 +821,7 @@ impl<'p> Batch<'p> {
         let co = &mut self.co;
         let touches = match self.coalescing {
             Coalescing::Online => co.online_output(),
-            Coalescing::AtFinish => co.coalesce_at_finish(self.plan.coarse_window_ms, self.plan.fine_window_ms),
+            Coalescing::AtFinish => co.coalesce_at_finish(self.plan),
         };
         let table_touches = touches.iter().filter(|t| t.kind == TouchKind::Table).count();
         let mut co = std::mem::take(&mut self.co);

@@ -304,6 +304,17 @@ pub struct Plan {
     pub complete: bool,
 }
 
+impl Plan {
+    /// The coalescing window of a touch (P8): table touches coalesce over the coarse
+    /// interval, template touches over the fine window.
+    pub fn window_ms(&self, kind: TouchKind) -> f64 {
+        match kind {
+            TouchKind::Table => self.coarse_window_ms,
+            TouchKind::Template => self.fine_window_ms,
+        }
+    }
+}
+
 /// Touch kinds (P11).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TouchKind {
