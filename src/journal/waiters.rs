@@ -226,6 +226,11 @@ impl<W: Waker> WaiterRegistry<W> {
         self.heap.peek().map(|e| e.0 .0)
     }
 
+    /// Stored index entries whose waiter is gone (each live waiter's entries are stored once).
+    fn stale_entries(&self) -> usize {
+        self.stored_entries - self.live_entries
+    }
+
     pub fn insert(&mut self, spec: WaiterSpec, waker: W) -> WaiterId {
         let slot = match self.free.pop() {
             Some(s) => s,
@@ -250,19 +255,19 @@ impl<W: Waker> WaiterRegistry<W> {
         }
         let waiter = Waiter { tag, after_generation: spec.after_generation, keys, broad: spec.broad, data, waker };
         if spec.broad {
-            let stale = self.stored_entries - self.live_entries;
+            let stale = self.stale_entries();
             self.stored_entries -= purge_if_full(&self.slots, &mut self.broad, stale);
             self.broad.push(entry);
         } else {
             for &key in waiter.key_ids() {
-                let stale = self.stored_entries - self.live_entries;
+                let stale = self.stale_entries();
                 let list = self.by_key.entry(key).or_default();
                 self.stored_entries -= purge_if_full(&self.slots, list, stale);
                 list.push(entry);
             }
         }
         for &rk in &spec.exact {
-            let stale = self.stored_entries - self.live_entries;
+            let stale = self.stale_entries();
             let list = self.by_exact.entry(rk).or_default();
             self.stored_entries -= purge_if_full(&self.slots, list, stale);
             list.push(entry);
