@@ -64,12 +64,15 @@ function env() {
   return { runtime: typeof Bun !== "undefined" ? `bun ${Bun.version}` : `node ${process.version}`, cpus: cpus().length, cpuModel: cpus()[0]?.model, loadavg: loadavg().map((x) => round(x, 2)), processorThreads: dt.processorThreads?.() };
 }
 
-/** One pass over [0, n-1]: sequential batches, or all batches in flight at once. */
-async function pass(rows, base, templates, { parallel, capture = 0, packed = false }) {
+/** One pass over [0, n-1]: sequential batches, or all batches in flight at once; through
+ *  processRows, or with `engine` through TouchEngine.processBatch (rows read from its Store). */
+async function pass(rows, base, templates, { parallel, capture = 0, packed = false, engine = null }) {
   const n = rows.length;
   const toOffset = BigInt(n - 1);
   const request = packed ? { ...base, output: "packed" } : base;
-  const one = (from) => dt.processRows(rows.slice(from, from + BATCH), { ...request, fromOffset: BigInt(from), toOffset }, templates);
+  const one = engine
+    ? (from) => engine.processBatch({ ...request, fromOffset: BigInt(from), toOffset })
+    : (from) => dt.processRows(rows.slice(from, from + BATCH), { ...request, fromOffset: BigInt(from), toOffset }, templates);
   // Results are folded into counters as they arrive (touches are not kept, except the
   // captured ones), as the reference bench does.
   const acc = { batches: 0, rowsRead: 0, bytesRead: 0, changes: 0, touches: 0, tableTouches: 0, templateTouches: 0, dropped: 0 };
@@ -123,8 +126,8 @@ function nativeRates() {
   }
 }
 
-/** Store-backed passes: TouchEngine.processBatch over a WAL of the same records. */
-async function storeBacked(n, kind, base) {
+/** Store-backed passes: TouchEngine.processBatch over a WAL of the same rows. */
+async function storeBacked(rows, kind, base) {
   if (process.argv.includes("--no-store")) return null;
   const dir = mkdtempSync(join(tmpdir(), "dt-process-store-"));
   const store = dt.Store.open(join(dir, "wal.sqlite"));
@@ -135,28 +138,15 @@ async function storeBacked(n, kind, base) {
     await store.createStream(base.stream, { contentType: "application/json" });
     engine.setTouchConfig(base.stream, { enabled: true });
     if (kind === "fine") engine.activateTemplates(base.stream, templateDecls());
-    const records = generateRecords({ n, seed: SEED });
-    const appends = [];
-    for (let i = 0; i < n; i++) appends.push(store.append(base.stream, [records[i]], { appendMs: 1704067200000 + i }));
-    await Promise.all(appends);
+    // One append per row, all in flight: offsets follow the calls, each row keeps its tsMs.
+    await Promise.all(rows.map((r) => store.append(base.stream, [r.payload], { appendMs: r.tsMs })));
     await engine.meta(base.stream, { settle: "flush" });
-    const pass = async (output) => {
-      const t0 = performance.now();
-      let from = 0;
-      let touches = 0;
-      while (from < n) {
-        const r = await engine.processBatch({ ...base, output, fromOffset: BigInt(from), toOffset: BigInt(n - 1) });
-        touches += output === "packed" ? r.packed.count : r.touches.length;
-        from = Number(r.processedThrough) + 1;
-      }
-      return { rowsPerSec: round(n / ((performance.now() - t0) / 1000)), touches };
-    };
-    await pass("objects"); // warm-up
+    await pass(rows, base, [], { parallel: false, engine }); // warm-up
     const objects = [];
     const packed = [];
     for (let i = 0; i < RUNS; i++) {
-      objects.push(await pass("objects"));
-      packed.push(await pass("packed"));
+      objects.push(await pass(rows, base, [], { parallel: false, engine }));
+      packed.push(await pass(rows, base, [], { parallel: false, packed: true, engine }));
       log(`${kind} store-backed run ${i + 1}/${RUNS}: objects ${objects[i].rowsPerSec} rows/s, packed ${packed[i].rowsPerSec} rows/s`);
     }
     return { objects, packed };
@@ -256,7 +246,7 @@ async function bench(name, n, kind, templates, native) {
     },
   };
   line.results.packed = { output: "packed", ...summary(singlePacked, multiPacked) };
-  const fromStore = await storeBacked(n, kind, base);
+  const fromStore = await storeBacked(rows, kind, base);
   if (fromStore) {
     for (const p of [...fromStore.objects, ...fromStore.packed]) {
       if (p.touches !== first.touches) throw new Error(`store-backed pass emitted ${p.touches} touches, processRows ${first.touches}`);
