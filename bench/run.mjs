@@ -30,13 +30,16 @@ const runtimeIdx = argv.indexOf("--runtime");
 const runtime = runtimeIdx >= 0 ? argv[runtimeIdx + 1] : "node";
 const roundsIdx = argv.indexOf("--rounds");
 const rounds = roundsIdx >= 0 ? Math.max(1, Number(argv[roundsIdx + 1]) || 1) : 1;
+// The runner's own flags; the others (and their values) go to the benchmark scripts.
+const OWN_FLAGS = ["--compare", "--runtime", "--rounds"];
 const ownValue = (i) => argv[i - 1] === "--runtime" || argv[i - 1] === "--rounds";
 // A bare word is a benchmark name, unless it follows a flag passed through to the scripts
 // (`--runs 3`, `--only b5`) and names no benchmark: then it is that flag's value.
 const isName = (a) => a === "all" || Object.hasOwn(BENCHES, a);
-const flagValue = (i) => i > 0 && argv[i - 1].startsWith("--") && !argv[i - 1].includes("=") && !ownValue(i - 1) && !["--compare", "--runtime", "--rounds"].includes(argv[i - 1]) && !isName(argv[i]);
+const passedFlag = (a) => a.startsWith("--") && !OWN_FLAGS.includes(a);
+const flagValue = (i) => i > 0 && passedFlag(argv[i - 1]) && !argv[i - 1].includes("=") && !isName(argv[i]);
 const names = argv.filter((a, i) => !a.startsWith("--") && !ownValue(i) && !flagValue(i));
-const passThrough = argv.filter((a, i) => (a.startsWith("--") || flagValue(i)) && !["--compare", "--runtime", "--rounds"].includes(a) && !ownValue(i));
+const passThrough = argv.filter((a, i) => passedFlag(a) || flagValue(i));
 const selected = names.length === 0 || names.includes("all") ? Object.keys(BENCHES) : names;
 
 const bun = join(root, "node_modules", ".bin", "bun");

@@ -1,7 +1,7 @@
 //! Native-only processor throughput (no JS): what the engine's store-backed batches cost
 //! before any touch becomes a JS object.
 //!
-//!   cargo run --release --example process_native -- <workload.jsonl> [--json] [--runs 3] [--only fine]
+//!   cargo run --release --example process_native -- <workload.jsonl> [--json] [--runs 3] [--only coarse|fine|hot]
 //!
 //! The file is `node bench/gen-workload.mjs --n N` output. Runs B2 (coarse) and B3 (24
 //! templates, key granularity, unlimited budget) and "hot" (B3 on rows that repeat the same
@@ -31,7 +31,7 @@ fn main() {
     let json = args.iter().any(|a| a == "--json");
     let runs: usize =
         args.iter().position(|a| a == "--runs").and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(3);
-    // `--only coarse|fine` runs one of the two (for profiling).
+    // `--only coarse|fine|hot` runs one workload (for profiling).
     let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
     let text = std::fs::read_to_string(path).expect("read workload");
     let all_rows: Vec<Row> = text
