@@ -231,16 +231,23 @@ pub struct RawStr<'a> {
 
 impl<'a> RawStr<'a> {
     /// The decoded string as WTF-8 (borrowed when there are no escapes).
+    #[inline]
     pub fn decode(&self) -> std::borrow::Cow<'a, [u8]> {
         if !self.escaped {
             return std::borrow::Cow::Borrowed(self.raw);
         }
+        std::borrow::Cow::Owned(self.unescape())
+    }
+
+    #[inline(never)]
+    fn unescape(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.raw.len());
         decode_escaped(self.raw, &mut out);
-        std::borrow::Cow::Owned(out)
+        out
     }
 
     /// Whether the decoded string equals `s` (WTF-8).
+    #[inline]
     pub fn eq_bytes(&self, s: &[u8]) -> bool {
         if !self.escaped {
             self.raw == s
@@ -321,13 +328,89 @@ fn special_mask(w: u64, high: u64) -> u64 {
 pub struct Scanner<'a> {
     b: &'a [u8],
     pos: usize,
-    stack: Vec<u8>,
+    /// Open containers of [`Scanner::skip_value`] (`{` or `[`); inline for shallow values.
+    stack: smallvec::SmallVec<[u8; 32]>,
     non_ascii: bool,
+    /// For a plain text ([`plain_quotes`]): where its `"` bytes are, one bit per byte.
+    quotes: Option<QuoteBits>,
+}
+
+/// One bit per byte of a text, set where the byte is `"`.
+type QuoteBits = smallvec::SmallVec<[u64; 8]>;
+
+/// The quote positions of `b` when `b` is plain — no `\\`, no byte below 0x20 and none
+/// above 0x7F — else `None`. In a plain text every string token runs from a quote to the next
+/// one and holds only bytes that are valid unescaped in a string, so [`Scanner::string`] can
+/// jump to the closing quote without looking at the bytes between.
+fn plain_quotes(b: &[u8]) -> Option<QuoteBits> {
+    let mut bits = QuoteBits::with_capacity(b.len().div_ceil(64));
+    let mut chunks = b.chunks_exact(64);
+    for chunk in &mut chunks {
+        let (q, bad) = block64(chunk.try_into().unwrap_or(&[0; 64]));
+        if bad != 0 {
+            return None;
+        }
+        bits.push(q);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut block = [b' '; 64];
+        block[..rest.len()].copy_from_slice(rest);
+        let (q, bad) = block64(&block);
+        if bad != 0 {
+            return None;
+        }
+        bits.push(q);
+    }
+    Some(bits)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+use block64_bytewise as block64;
+
+/// (quote bits, bad bits) of 64 bytes: bad = `\\`, below 0x20 or above 0x7F.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn block64(block: &[u8; 64]) -> (u64, u64) {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE2 is part of the x86_64 baseline; the loads are unaligned and in bounds.
+    unsafe {
+        let quote = _mm_set1_epi8(b'"' as i8);
+        let backslash = _mm_set1_epi8(b'\\' as i8);
+        let space = _mm_set1_epi8(0x20);
+        let mut q = 0u64;
+        let mut bad = 0u64;
+        for i in 0..4 {
+            let v = _mm_loadu_si128(block.as_ptr().add(16 * i) as *const __m128i);
+            // Signed compare: bytes above 0x7F are negative, so below 0x20 too.
+            let b = _mm_or_si128(_mm_cmpeq_epi8(v, backslash), _mm_cmplt_epi8(v, space));
+            q |= (_mm_movemask_epi8(_mm_cmpeq_epi8(v, quote)) as u16 as u64) << (16 * i);
+            bad |= (_mm_movemask_epi8(b) as u16 as u64) << (16 * i);
+        }
+        (q, bad)
+    }
+}
+
+/// [`block64`] one byte at a time: the definition, and the code on other targets.
+#[cfg(any(test, not(target_arch = "x86_64")))]
+fn block64_bytewise(block: &[u8; 64]) -> (u64, u64) {
+    let (mut q, mut bad) = (0u64, 0u64);
+    for (i, &c) in block.iter().enumerate() {
+        q |= ((c == b'"') as u64) << i;
+        bad |= ((c == b'\\' || !(0x20..0x80).contains(&c)) as u64) << i;
+    }
+    (q, bad)
 }
 
 impl<'a> Scanner<'a> {
     pub fn new(text: &'a [u8]) -> Self {
-        Scanner { b: text, pos: 0, stack: Vec::new(), non_ascii: false }
+        Scanner { b: text, pos: 0, stack: smallvec::SmallVec::new(), non_ascii: false, quotes: None }
+    }
+
+    /// A scanner that first indexes the quotes of a plain text (see [`plain_quotes`]), which
+    /// makes string tokens cheap; other texts are scanned as by [`Scanner::new`].
+    pub fn indexed(text: &'a [u8]) -> Self {
+        Scanner { quotes: plain_quotes(text), ..Scanner::new(text) }
     }
 
     /// Whether a string token read so far held a byte of 0x80 or above.
@@ -377,9 +460,27 @@ impl<'a> Scanner<'a> {
     }
 
     /// A string token (the opening quote is next).
+    #[inline]
     pub fn string(&mut self) -> Result<RawStr<'a>, SyntaxError> {
         self.expect(b'"')?;
         let start = self.pos;
+        if let Some(quotes) = &self.quotes {
+            let mut w = start / 64;
+            let mut bits = quotes.get(w).map_or(0, |q| q & (!0u64 << (start % 64)));
+            while bits == 0 {
+                w += 1;
+                bits = *quotes.get(w).ok_or(SyntaxError)?;
+            }
+            let end = w * 64 + bits.trailing_zeros() as usize;
+            self.pos = end + 1;
+            return Ok(RawStr { raw: &self.b[start..end], escaped: false });
+        }
+        self.scan_string(start)
+    }
+
+    /// The rest of a string token starting at `start` (after its opening quote), byte by byte.
+    #[inline(never)]
+    fn scan_string(&mut self, start: usize) -> Result<RawStr<'a>, SyntaxError> {
         let mut escaped = false;
         let b = self.b;
         let mut i = self.pos;
@@ -739,6 +840,87 @@ fn write_json_string(s: &JsString, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every token of `text` as both scanners see it: (string bodies, end position), or the
+    /// error; skip_value validates the whole text as one value.
+    fn tokens(mut sc: Scanner<'_>) -> Result<(Vec<Vec<u8>>, usize), SyntaxError> {
+        let mut strings = Vec::new();
+        sc.ws();
+        if sc.peek() == Some(b'"') {
+            strings.push(sc.string()?.decode().into_owned());
+        } else {
+            sc.skip_value()?;
+        }
+        if !sc.at_end() {
+            return Err(SyntaxError);
+        }
+        Ok((strings, sc.position()))
+    }
+
+    fn scanners_agree(text: &[u8]) {
+        assert_eq!(tokens(Scanner::indexed(text)), tokens(Scanner::new(text)), "{:?}", String::from_utf8_lossy(text));
+    }
+
+    #[test]
+    fn block64_flags_each_byte_as_its_definition_does() {
+        for c in 0..=255u8 {
+            for at in [0, 15, 16, 31, 32, 47, 48, 63] {
+                let mut block = [b'a'; 64];
+                block[at] = c;
+                assert_eq!(block64(&block), block64_bytewise(&block), "byte {c:#x} at {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn plain_texts_are_indexed_and_others_are_not() {
+        assert!(plain_quotes(br#"{"a":"b c","n":[1,2.5e3,true,null]}"#).is_some());
+        assert!(plain_quotes(b"").is_some());
+        for other in [&b"{\"a\":\"\\n\"}"[..], b"{\n}", b"\"\t\"", b"\"\xc3\xa9\"", b"\"\x7f\x80\""] {
+            assert!(plain_quotes(other).is_none(), "{:?}", String::from_utf8_lossy(other));
+        }
+        // The flag is per byte, wherever the byte sits in its 64-byte block.
+        for at in 0..130 {
+            let mut text = vec![b'a'; 130];
+            text[at] = b'\\';
+            assert!(plain_quotes(&text).is_none(), "backslash at {at}");
+            text[at] = b'"';
+            let bits = plain_quotes(&text).unwrap();
+            assert_eq!(bits.iter().map(|w| w.count_ones()).sum::<u32>(), 1);
+            assert_eq!(bits[at / 64] >> (at % 64) & 1, 1, "quote at {at}");
+        }
+    }
+
+    #[test]
+    fn indexed_strings_end_where_scanned_strings_end() {
+        // String tokens of every length around the 64-byte word edges, opened at every phase.
+        for pad in 0..70 {
+            for len in [0, 1, 2, 7, 8, 62, 63, 64, 65, 127, 128, 129, 200] {
+                let body = "x".repeat(len);
+                let spaces = " ".repeat(pad);
+                scanners_agree(format!("{spaces}\"{body}\"").as_bytes());
+                scanners_agree(format!("{spaces}[\"{body}\",\"{body}\"] ").as_bytes());
+                scanners_agree(format!("{spaces}{{\"{body}\":\"y\",\"z\":\"{body}\"}}").as_bytes());
+                // Unterminated, and a quote too many: errors on both.
+                scanners_agree(format!("{spaces}\"{body}").as_bytes());
+                scanners_agree(format!("{spaces}[\"{body}\"\"]").as_bytes());
+            }
+        }
+        // Deterministic soup of plain bytes: both scanners give the same verdict and strings.
+        let alphabet = b"\"\"\"{}[]:,ab 01-.eE+truefalsn";
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..20_000 {
+            let mut text = Vec::new();
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            for k in 0..(seed % 150) {
+                let r = seed.rotate_left(k as u32 * 7) ^ k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                text.push(alphabet[(r % alphabet.len() as u64) as usize]);
+            }
+            scanners_agree(&text);
+        }
+    }
 
     #[test]
     fn parses_like_json_parse() {

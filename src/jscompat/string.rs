@@ -245,7 +245,12 @@ pub fn trim(b: &[u8]) -> &[u8] {
 }
 
 /// `s.trim() === ""`.
+#[inline]
 pub fn is_blank(b: &[u8]) -> bool {
+    // A first byte that is printable ASCII other than space is not whitespace.
+    if let Some(0x21..=0x7E) = b.first() {
+        return false;
+    }
     trim(b).is_empty()
 }
 
