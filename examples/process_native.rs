@@ -1,11 +1,12 @@
 //! Native-only processor throughput (no JS): what the engine's store-backed batches cost
 //! before any touch becomes a JS object.
 //!
-//!   cargo run --release --example process_native -- <workload.jsonl> [--json] [--runs 3] [--only coarse|fine|hot]
+//!   cargo run --release --example process_native -- <workload.jsonl> [--json] [--runs 3] [--only coarse|fine|hot|rich]
 //!
 //! The file is `node bench/gen-workload.mjs --n N` output. Runs B2 (coarse) and B3 (24
 //! templates, key granularity, unlimited budget) and "hot" (B3 on rows that repeat the same
-//! 50 records) in batches of 10,000 rows, on one thread
+//! 50 records) and "rich" (B2 on records whose title holds non-ASCII text and escaped quotes)
+//! in batches of 10,000 rows, on one thread
 //! (batches one after another) and on all cores (batches spread over the processor pool's
 //! threads), and prints rows/s (medians with `--json`; bench/process.mjs reads that).
 use std::time::Instant;
@@ -31,7 +32,7 @@ fn main() {
     let json = args.iter().any(|a| a == "--json");
     let runs: usize =
         args.iter().position(|a| a == "--runs").and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(3);
-    // `--only coarse|fine|hot` runs one workload (for profiling).
+    // `--only coarse|fine|hot|rich` runs one workload (for profiling).
     let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
     let text = std::fs::read_to_string(path).expect("read workload");
     let all_rows: Vec<Row> = text
@@ -60,8 +61,18 @@ fn main() {
     let hot_rows: Vec<Row> = (0..all_rows.len().min(100_000))
         .map(|i| Row { offset: i as i64, ts_ms: 1704067200000.0 + i as f64, payload: all_rows[i % 50].payload.clone() })
         .collect();
+    // "rich": B2's settings on the same records with `Zoë "x" ` (escaped quotes, a two-byte
+    // character) at the start of each title, as text fields often hold.
+    let rich_rows: Vec<Row> = all_rows
+        .iter()
+        .map(|r| {
+            let text = String::from_utf8_lossy(&r.payload).replacen(r#""title":""#, r#""title":"Zoë \"x\" "#, 1);
+            Row { payload: text.into_bytes(), ..r.clone() }
+        })
+        .collect();
     let workloads = [
         ("coarse", false, &all_rows[..]),
+        ("rich", false, &rich_rows[..]),
         ("fine", true, &all_rows[..all_rows.len().min(100_000)]),
         ("hot", true, &hot_rows[..]),
     ];

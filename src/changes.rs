@@ -152,7 +152,7 @@ enum Headers<'a> {
 /// are validated but not kept (coarse-only batches), and are reported as [`Image::NotObject`]
 /// when present.
 pub fn read_record(text: &str, capture_images: bool) -> Record<'_> {
-    let mut sc = Scanner::indexed(text.as_bytes());
+    let mut sc = Scanner::indexed(text);
     match read_top(&mut sc, capture_images) {
         Ok(r) => r,
         Err(SyntaxError) => Record::NotJson,
@@ -163,7 +163,7 @@ pub fn read_record(text: &str, capture_images: bool) -> Record<'_> {
 /// decode to itself). `None` when the payload holds a non-ASCII byte or is not JSON: then
 /// decode it ([`decode_payload`]) and read the text.
 pub fn read_record_ascii(payload: &[u8], capture_images: bool) -> Option<Record<'_>> {
-    let mut sc = Scanner::indexed(payload);
+    let mut sc = Scanner::indexed_ascii(payload)?;
     match read_top(&mut sc, capture_images) {
         Ok(r) if !sc.saw_non_ascii() => Some(r),
         _ => None,

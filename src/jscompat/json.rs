@@ -331,86 +331,120 @@ pub struct Scanner<'a> {
     /// Open containers of [`Scanner::skip_value`] (`{` or `[`); inline for shallow values.
     stack: smallvec::SmallVec<[u8; 32]>,
     non_ascii: bool,
-    /// For a plain text ([`plain_quotes`]): where its `"` bytes are, one bit per byte.
-    quotes: Option<QuoteBits>,
+    /// Where the text's `"` bytes and special bytes are ([`index`]), for a scanner made by
+    /// [`Scanner::indexed`] or [`Scanner::indexed_ascii`].
+    index: Option<Index>,
 }
 
-/// One bit per byte of a text, set where the byte is `"`.
-type QuoteBits = smallvec::SmallVec<[u64; 8]>;
+/// Two bits per byte of a text, 64 bytes per [`Block`] (inline up to 512 bytes).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct Index {
+    blocks: smallvec::SmallVec<[Block; 8]>,
+    /// No special byte anywhere: every string token ends at the next quote (the usual case,
+    /// with a cheaper lookup).
+    plain: bool,
+}
 
-/// The quote positions of `b` when `b` is plain — no `\\`, no byte below 0x20 and none
-/// above 0x7F — else `None`. In a plain text every string token runs from a quote to the next
-/// one and holds only bytes that are valid unescaped in a string, so [`Scanner::string`] can
-/// jump to the closing quote without looking at the bytes between.
-fn plain_quotes(b: &[u8]) -> Option<QuoteBits> {
-    let mut bits = QuoteBits::with_capacity(b.len().div_ceil(64));
+/// A 64-byte block of a text: bit `i` of `quotes` is set where byte `i` is `"`, of `special`
+/// where it is `\\` or below 0x20.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Block {
+    quotes: u64,
+    special: u64,
+}
+
+/// Indexes the quotes and special bytes of `b` (see [`Block`]); with `ascii_only`, `None`
+/// when a byte is above 0x7F. A string token whose bytes up to the next quote hold no special
+/// byte ends at that quote and is valid as it stands (no escape, no control character); any
+/// other is scanned byte by byte ([`Scanner::string`]).
+fn index(b: &[u8], ascii_only: bool) -> Option<Index> {
+    let mut out = smallvec::SmallVec::with_capacity(b.len().div_ceil(64));
     let mut chunks = b.chunks_exact(64);
+    let (mut high, mut special) = (0u64, 0u64);
     for chunk in &mut chunks {
-        let (q, bad) = block64(chunk.try_into().unwrap_or(&[0; 64]));
-        if bad != 0 {
-            return None;
-        }
-        bits.push(q);
+        let (block, h) = block64(chunk.try_into().unwrap_or(&[0; 64]));
+        high |= h;
+        special |= block.special;
+        out.push(block);
     }
-    let rest = chunks.remainder();
-    if !rest.is_empty() {
-        let mut block = [b' '; 64];
-        block[..rest.len()].copy_from_slice(rest);
-        let (q, bad) = block64(&block);
-        if bad != 0 {
-            return None;
-        }
-        bits.push(q);
+    let rest = chunks.remainder().len();
+    if rest > 0 {
+        // The last 64 bytes, shifted so that only the `rest` not yet seen remain; a text
+        // shorter than that is padded with spaces.
+        let (block, h) = match b.len().checked_sub(64) {
+            Some(start) => {
+                // (Bytes seen twice count once in `high`: it only says whether there is one.)
+                let (block, h) = block64(b[start..].try_into().unwrap_or(&[0; 64]));
+                let shift = 64 - rest;
+                (Block { quotes: block.quotes >> shift, special: block.special >> shift }, h)
+            }
+            None => {
+                let mut padded = [b' '; 64];
+                padded[..rest].copy_from_slice(b);
+                block64(&padded)
+            }
+        };
+        high |= h;
+        special |= block.special;
+        out.push(block);
     }
-    Some(bits)
+    (!ascii_only || high == 0).then_some(Index { blocks: out, plain: special == 0 })
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 use block64_bytewise as block64;
 
-/// (quote bits, bad bits) of 64 bytes: bad = `\\`, below 0x20 or above 0x7F.
+/// The [`Block`] of 64 bytes, and a word that is non-zero when one of them is above 0x7F.
 #[cfg(target_arch = "x86_64")]
 #[inline]
-fn block64(block: &[u8; 64]) -> (u64, u64) {
+fn block64(block: &[u8; 64]) -> (Block, u64) {
     use std::arch::x86_64::*;
     // SAFETY: SSE2 is part of the x86_64 baseline; the loads are unaligned and in bounds.
     unsafe {
         let quote = _mm_set1_epi8(b'"' as i8);
         let backslash = _mm_set1_epi8(b'\\' as i8);
-        let space = _mm_set1_epi8(0x20);
-        let mut q = 0u64;
-        let mut bad = 0u64;
+        let below_space = _mm_set1_epi8(0x1F);
+        let (mut q, mut special, mut high) = (0u64, 0u64, _mm_setzero_si128());
         for i in 0..4 {
             let v = _mm_loadu_si128(block.as_ptr().add(16 * i) as *const __m128i);
-            // Signed compare: bytes above 0x7F are negative, so below 0x20 too.
-            let b = _mm_or_si128(_mm_cmpeq_epi8(v, backslash), _mm_cmplt_epi8(v, space));
+            // v <= 0x1F (unsigned) exactly when min(v, 0x1F) == v.
+            let control = _mm_cmpeq_epi8(_mm_min_epu8(v, below_space), v);
+            let s = _mm_or_si128(_mm_cmpeq_epi8(v, backslash), control);
             q |= (_mm_movemask_epi8(_mm_cmpeq_epi8(v, quote)) as u16 as u64) << (16 * i);
-            bad |= (_mm_movemask_epi8(b) as u16 as u64) << (16 * i);
+            special |= (_mm_movemask_epi8(s) as u16 as u64) << (16 * i);
+            high = _mm_or_si128(high, v);
         }
-        (q, bad)
+        (Block { quotes: q, special }, _mm_movemask_epi8(high) as u64)
     }
 }
 
 /// [`block64`] one byte at a time: the definition, and the code on other targets.
 #[cfg(any(test, not(target_arch = "x86_64")))]
-fn block64_bytewise(block: &[u8; 64]) -> (u64, u64) {
-    let (mut q, mut bad) = (0u64, 0u64);
+fn block64_bytewise(block: &[u8; 64]) -> (Block, u64) {
+    let (mut q, mut special, mut high) = (0u64, 0u64, 0u64);
     for (i, &c) in block.iter().enumerate() {
         q |= ((c == b'"') as u64) << i;
-        bad |= ((c == b'\\' || !(0x20..0x80).contains(&c)) as u64) << i;
+        special |= ((c == b'\\' || c < 0x20) as u64) << i;
+        high |= ((c >= 0x80) as u64) << i;
     }
-    (q, bad)
+    (Block { quotes: q, special }, high)
 }
 
 impl<'a> Scanner<'a> {
     pub fn new(text: &'a [u8]) -> Self {
-        Scanner { b: text, pos: 0, stack: smallvec::SmallVec::new(), non_ascii: false, quotes: None }
+        Scanner { b: text, pos: 0, stack: smallvec::SmallVec::new(), non_ascii: false, index: None }
     }
 
-    /// A scanner that first indexes the quotes of a plain text (see [`plain_quotes`]), which
-    /// makes string tokens cheap; other texts are scanned as by [`Scanner::new`].
-    pub fn indexed(text: &'a [u8]) -> Self {
-        Scanner { quotes: plain_quotes(text), ..Scanner::new(text) }
+    /// A scanner over `text` that indexes it first ([`index`]), so that most string tokens
+    /// end without a look at their bytes. Reads exactly what [`Scanner::new`] reads.
+    pub fn indexed(text: &'a str) -> Self {
+        Scanner { index: index(text.as_bytes(), false), ..Scanner::new(text.as_bytes()) }
+    }
+
+    /// [`Scanner::indexed`] over raw bytes that are all ASCII (and so decode to themselves);
+    /// `None` when one is above 0x7F.
+    pub fn indexed_ascii(bytes: &'a [u8]) -> Option<Self> {
+        Some(Scanner { index: Some(index(bytes, true)?), ..Scanner::new(bytes) })
     }
 
     /// Whether a string token read so far held a byte of 0x80 or above.
@@ -460,22 +494,47 @@ impl<'a> Scanner<'a> {
     }
 
     /// A string token (the opening quote is next).
-    #[inline]
+    #[inline(always)]
     pub fn string(&mut self) -> Result<RawStr<'a>, SyntaxError> {
         self.expect(b'"')?;
         let start = self.pos;
-        if let Some(quotes) = &self.quotes {
-            let mut w = start / 64;
-            let mut bits = quotes.get(w).map_or(0, |q| q & (!0u64 << (start % 64)));
-            while bits == 0 {
-                w += 1;
-                bits = *quotes.get(w).ok_or(SyntaxError)?;
-            }
-            let end = w * 64 + bits.trailing_zeros() as usize;
+        if let Some(end) = self.plain_string_end(start) {
             self.pos = end + 1;
             return Ok(RawStr { raw: &self.b[start..end], escaped: false });
         }
         self.scan_string(start)
+    }
+
+    /// Where the string token whose body starts at `start` ends, when the index shows that its
+    /// body holds no special byte; `None` without an index, or for a body to scan.
+    #[inline(always)]
+    fn plain_string_end(&self, start: usize) -> Option<usize> {
+        let index = self.index.as_ref()?;
+        let mut w = start / 64;
+        let from = !0u64 << (start % 64);
+        if index.plain {
+            let mut quotes = index.blocks.get(w)?.quotes & from;
+            while quotes == 0 {
+                w += 1;
+                quotes = index.blocks.get(w)?.quotes;
+            }
+            return Some(w * 64 + quotes.trailing_zeros() as usize);
+        }
+        let block = index.blocks.get(w)?;
+        let (mut quotes, mut special) = (block.quotes & from, block.special & from);
+        while quotes == 0 {
+            if special != 0 {
+                return None;
+            }
+            w += 1;
+            let block = index.blocks.get(w)?;
+            (quotes, special) = (block.quotes, block.special);
+        }
+        // Special bytes before the closing quote (the bits below its lowest set bit).
+        if special & (quotes & quotes.wrapping_neg()).wrapping_sub(1) != 0 {
+            return None;
+        }
+        Some(w * 64 + quotes.trailing_zeros() as usize)
     }
 
     /// The rest of a string token starting at `start` (after its opening quote), byte by byte.
@@ -841,8 +900,9 @@ fn write_json_string(s: &JsString, out: &mut String) {
 mod tests {
     use super::*;
 
-    /// Every token of `text` as both scanners see it: (string bodies, end position), or the
-    /// error; skip_value validates the whole text as one value.
+    /// What a scanner reads from `text` as one value: the string bodies it decoded (a
+    /// top-level string, or none: skip_value validates containers whole) and where it ended,
+    /// or the error.
     fn tokens(mut sc: Scanner<'_>) -> Result<(Vec<Vec<u8>>, usize), SyntaxError> {
         let mut strings = Vec::new();
         sc.ws();
@@ -857,8 +917,26 @@ mod tests {
         Ok((strings, sc.position()))
     }
 
-    fn scanners_agree(text: &[u8]) {
-        assert_eq!(tokens(Scanner::indexed(text)), tokens(Scanner::new(text)), "{:?}", String::from_utf8_lossy(text));
+    /// The indexed scanners read `text` exactly as the plain one does.
+    fn scanners_agree(text: &str) {
+        let plain = tokens(Scanner::new(text.as_bytes()));
+        assert_eq!(tokens(Scanner::indexed(text)), plain, "{text:?}");
+        match Scanner::indexed_ascii(text.as_bytes()) {
+            Some(sc) => assert_eq!(tokens(sc), plain, "{text:?}"),
+            None => assert!(!text.is_ascii(), "{text:?}"),
+        }
+    }
+
+    /// A small deterministic generator (xorshift64).
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
     }
 
     #[test]
@@ -867,59 +945,96 @@ mod tests {
             for at in [0, 15, 16, 31, 32, 47, 48, 63] {
                 let mut block = [b'a'; 64];
                 block[at] = c;
-                assert_eq!(block64(&block), block64_bytewise(&block), "byte {c:#x} at {at}");
+                let ((got, high), (want, want_high)) = (block64(&block), block64_bytewise(&block));
+                assert_eq!((got, high != 0), (want, want_high != 0), "byte {c:#x} at {at}");
             }
         }
     }
 
     #[test]
-    fn plain_texts_are_indexed_and_others_are_not() {
-        assert!(plain_quotes(br#"{"a":"b c","n":[1,2.5e3,true,null]}"#).is_some());
-        assert!(plain_quotes(b"").is_some());
-        for other in [&b"{\"a\":\"\\n\"}"[..], b"{\n}", b"\"\t\"", b"\"\xc3\xa9\"", b"\"\x7f\x80\""] {
-            assert!(plain_quotes(other).is_none(), "{:?}", String::from_utf8_lossy(other));
-        }
-        // The flag is per byte, wherever the byte sits in its 64-byte block.
-        for at in 0..130 {
-            let mut text = vec![b'a'; 130];
-            text[at] = b'\\';
-            assert!(plain_quotes(&text).is_none(), "backslash at {at}");
-            text[at] = b'"';
-            let bits = plain_quotes(&text).unwrap();
-            assert_eq!(bits.iter().map(|w| w.count_ones()).sum::<u32>(), 1);
-            assert_eq!(bits[at / 64] >> (at % 64) & 1, 1, "quote at {at}");
+    fn the_index_has_each_byte_at_its_place() {
+        assert_eq!(index(b"", true), Some(Index { blocks: Default::default(), plain: true }));
+        assert_eq!(index("\"\u{e9}\"".as_bytes(), true), None);
+        assert!(index("\"\u{e9}\"".as_bytes(), false).is_some());
+        // Wherever a byte sits, in a full block or in the overlapped last one.
+        for len in [1, 63, 64, 65, 130] {
+            for at in 0..len {
+                for (c, quote, special) in
+                    [(b'"', true, false), (b'\\', false, true), (b'\n', false, true), (0x80, false, false)]
+                {
+                    let mut text = vec![b'a'; len];
+                    text[at] = c;
+                    assert_eq!(index(&text, true).is_none(), c >= 0x80);
+                    let Index { blocks, plain } = index(&text, false).unwrap();
+                    assert_eq!(plain, !special);
+                    assert_eq!(blocks.len(), len.div_ceil(64));
+                    let bit = |w: u64| w >> (at % 64) & 1 == 1;
+                    let count = |f: fn(&Block) -> u64| blocks.iter().map(|b| f(b).count_ones()).sum::<u32>();
+                    assert_eq!(
+                        (bit(blocks[at / 64].quotes), count(|b| b.quotes)),
+                        (quote, quote as u32),
+                        "{c:#x} at {at} of {len}"
+                    );
+                    assert_eq!(
+                        (bit(blocks[at / 64].special), count(|b| b.special)),
+                        (special, special as u32),
+                        "{c:#x} at {at} of {len}"
+                    );
+                }
+            }
         }
     }
 
     #[test]
     fn indexed_strings_end_where_scanned_strings_end() {
-        // String tokens of every length around the 64-byte word edges, opened at every phase.
+        // String tokens of every length around the 64-byte block edges, opened at every phase,
+        // plain or with one escape, control character or non-ASCII character somewhere.
+        let odd = ["", "\\\"", "\\\\", "\\n", "\\u00e9", "\\ud800", "\\x", "\\", "\t", "\u{e9}", "\u{1F600}"];
         for pad in 0..70 {
             for len in [0, 1, 2, 7, 8, 62, 63, 64, 65, 127, 128, 129, 200] {
-                let body = "x".repeat(len);
-                let spaces = " ".repeat(pad);
-                scanners_agree(format!("{spaces}\"{body}\"").as_bytes());
-                scanners_agree(format!("{spaces}[\"{body}\",\"{body}\"] ").as_bytes());
-                scanners_agree(format!("{spaces}{{\"{body}\":\"y\",\"z\":\"{body}\"}}").as_bytes());
-                // Unterminated, and a quote too many: errors on both.
-                scanners_agree(format!("{spaces}\"{body}").as_bytes());
-                scanners_agree(format!("{spaces}[\"{body}\"\"]").as_bytes());
+                for (k, odd) in odd.iter().enumerate() {
+                    let cut = (len * k / odd.len().max(1)).min(len);
+                    let body = format!("{}{odd}{}", "x".repeat(cut), "y".repeat(len - cut));
+                    let spaces = if pad % 3 == 0 { "\n".repeat(pad) } else { " ".repeat(pad) };
+                    scanners_agree(&format!("{spaces}\"{body}\""));
+                    scanners_agree(&format!("{spaces}[\"{body}\",\"{body}\"] "));
+                    scanners_agree(&format!("{spaces}{{\"{body}\":\"y\",\"z\":\"{body}\"}}"));
+                    // Unterminated, and a quote too many: errors on both.
+                    scanners_agree(&format!("{spaces}\"{body}"));
+                    scanners_agree(&format!("{spaces}[\"{body}\"\"]"));
+                }
             }
         }
-        // Deterministic soup of plain bytes: both scanners give the same verdict and strings.
-        let alphabet = b"\"\"\"{}[]:,ab 01-.eE+truefalsn";
-        let mut seed = 0x2545_F491_4F6C_DD1Du64;
-        for _ in 0..20_000 {
-            let mut text = Vec::new();
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            for k in 0..(seed % 150) {
-                let r = seed.rotate_left(k as u32 * 7) ^ k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                text.push(alphabet[(r % alphabet.len() as u64) as usize]);
-            }
+    }
+
+    #[test]
+    fn indexed_scanners_read_soup_as_the_plain_one_does() {
+        // Quotes and backslashes are frequent so that strings open, close and escape often.
+        let alphabet: Vec<char> = "\"\"\"\"\\\\{}[]:,ab 01-.eE+truefalsnu\n\t\u{1}\u{e9}\u{1F600}".chars().collect();
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        let mut valid = 0;
+        for _ in 0..50_000 {
+            let len = rng.below(160);
+            let text: String = (0..len).map(|_| alphabet[rng.below(alphabet.len())]).collect();
             scanners_agree(&text);
+            valid += tokens(Scanner::new(text.as_bytes())).is_ok() as u32;
         }
+        // Records cut at every length and with one byte changed: mostly errors, some valid.
+        let record = r#"{"type":"public.e0","key":"1","value":{"id":"1","t":"a \"q\" \u00e9 é","n":[1,-2.5e3,true,null,{}]},"headers":{"operation":"insert"}}"#;
+        for cut in 0..=record.len() {
+            if let Some(text) = record.get(..cut) {
+                scanners_agree(text);
+            }
+            for c in ['"', '\\', 'x', '\n', '}'] {
+                let mut text = record.to_string();
+                if text.is_char_boundary(cut) && cut < text.len() {
+                    text.insert(cut, c);
+                    scanners_agree(&text);
+                    valid += tokens(Scanner::new(text.as_bytes())).is_ok() as u32;
+                }
+            }
+        }
+        assert!(valid > 100, "the soup and the mutations should hold some valid texts ({valid})");
     }
 
     #[test]
