@@ -65,6 +65,7 @@ fn main() {
     // character) at the start of each title, as text fields often hold.
     let rich_rows: Vec<Row> = all_rows
         .iter()
+        .take(if only.as_deref().is_none_or(|o| o == "rich") { usize::MAX } else { 0 })
         .map(|r| {
             let text = String::from_utf8_lossy(&r.payload).replacen(r#""title":""#, r#""title":"Zoë \"x\" "#, 1);
             Row { payload: text.into_bytes(), ..r.clone() }
