@@ -18,7 +18,7 @@ use crate::engine::{profile, templates, Inner};
 use crate::error::{Error, Result};
 use crate::journal::{wall_ms, Touch as JournalTouch};
 use crate::processor::source::{read_active_templates, read_batch_rows};
-use crate::processor::{process_rows, Granularity, Mode, ProcessRequest, ProcessResult, TouchSettings};
+use crate::processor::{process_row_refs, Granularity, Mode, ProcessRequest, ProcessResult, TouchSettings};
 use crate::spec::TouchConfig;
 use crate::store::{blocking, STREAM_FLAG_DELETED};
 
@@ -268,7 +268,7 @@ impl Inner {
         let mut split = false;
         loop {
             let req = self.request(name, cfg, from, to, &plan, rows.len());
-            result = process_rows(&req, &rows, &templates_rows)?;
+            result = process_row_refs(&req, rows.len(), rows.iter(), &templates_rows)?;
             if !(plan.granularity == Granularity::Key && result.stats.fine_touches_suppressed_due_to_budget) {
                 break;
             }
@@ -284,7 +284,7 @@ impl Inner {
             coarse.granularity = Granularity::Template;
             coarse.budget = None;
             let req = self.request(name, cfg, from, to, &coarse, 1);
-            result = process_rows(&req, &rows, &templates_rows)?;
+            result = process_row_refs(&req, rows.len(), rows.iter(), &templates_rows)?;
             result.stats.fine_touches_suppressed_due_to_budget = true;
             break;
         }

@@ -77,6 +77,24 @@ impl RowBuffer {
         self.offsets.is_empty()
     }
 
+    /// Appends a row (its payload copied into the shared buffer).
+    pub fn push(&mut self, offset: i64, ts_ms: f64, payload: &[u8]) {
+        self.bytes.extend_from_slice(payload);
+        self.offsets.push(offset);
+        self.ts_ms.push(ts_ms);
+        self.ends.push(self.bytes.len());
+    }
+
+    /// Keeps the first `n` rows.
+    pub fn truncate(&mut self, n: usize) {
+        if n < self.len() {
+            self.offsets.truncate(n);
+            self.ts_ms.truncate(n);
+            self.ends.truncate(n);
+            self.bytes.truncate(self.ends.last().copied().unwrap_or(0));
+        }
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = RowRef<'_>> + '_ {
         (0..self.len()).map(move |i| RowRef {
             offset: self.offsets[i],
@@ -399,6 +417,21 @@ mod row_buffer_tests {
         assert!(b.iter().nth(2).unwrap().ts_ms.is_nan());
         assert_eq!(b.len(), 3);
         assert!(RowBuffer::new(vec![], vec![], vec![], vec![]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_row_buffer_grows_and_shrinks_by_rows() {
+        let mut b = RowBuffer::default();
+        b.push(4, 1.0, b"ab");
+        b.push(7, 2.0, b"");
+        b.push(9, 3.0, b"cde");
+        assert_eq!(b, RowBuffer::new(vec![4, 7, 9], vec![1.0, 2.0, 3.0], vec![2, 2, 5], b"abcde".to_vec()).unwrap());
+        b.truncate(5);
+        assert_eq!(b.len(), 3);
+        b.truncate(1);
+        assert_eq!(b, RowBuffer::new(vec![4], vec![1.0], vec![2], b"ab".to_vec()).unwrap());
+        b.truncate(0);
+        assert_eq!(b, RowBuffer::default());
     }
 
     #[test]

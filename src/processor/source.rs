@@ -5,7 +5,7 @@
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection};
 
-use super::{pool, ProcessRequest, ProcessResult, Row, TemplateRow};
+use super::{pool, ProcessRequest, ProcessResult, RowBuffer, TemplateRow};
 use crate::error::Result;
 use crate::jscompat::number::format_number;
 use crate::jscompat::string::JsString;
@@ -53,19 +53,20 @@ pub fn read_active_templates(conn: &Connection, stream: &str) -> Result<Vec<Temp
     Ok(out)
 }
 
-/// The rows `from..=to` of the stream's WAL that the batch will take (P4's limits).
-pub fn read_batch_rows(conn: &Connection, request: &ProcessRequest) -> Result<Vec<Row>> {
+/// The rows `from..=to` of the stream's WAL that the batch will take (P4's limits), with
+/// their payloads in one buffer.
+pub fn read_batch_rows(conn: &Connection, request: &ProcessRequest) -> Result<RowBuffer> {
     let limits = request.plan()?.limits;
     let mut stmt = conn.prepare_cached(
         "SELECT offset, ts_ms, payload FROM wal WHERE stream = ?1 AND offset >= ?2 AND offset <= ?3 ORDER BY offset ASC",
     )?;
     let mut rows = stmt.query(params![request.stream, request.from_offset, request.to_offset])?;
-    let mut out = Vec::new();
+    let mut out = RowBuffer::default();
     let mut bytes = 0f64;
     while let Some(r) = rows.next()? {
-        let payload: Vec<u8> = match r.get_ref(2)? {
-            ValueRef::Blob(b) | ValueRef::Text(b) => b.to_vec(),
-            _ => Vec::new(),
+        let payload: &[u8] = match r.get_ref(2)? {
+            ValueRef::Blob(b) | ValueRef::Text(b) => b,
+            _ => &[],
         };
         let len = payload.len() as f64;
         if !limits.admits(out.len() as f64, bytes, len) {
@@ -77,7 +78,7 @@ pub fn read_batch_rows(conn: &Connection, request: &ProcessRequest) -> Result<Ve
             ValueRef::Real(f) => f,
             _ => f64::NAN,
         };
-        out.push(Row { offset: r.get(0)?, ts_ms, payload });
+        out.push(r.get(0)?, ts_ms, payload);
     }
     Ok(out)
 }
@@ -96,7 +97,7 @@ pub fn process_from_store(store: &Store, request: ProcessRequest, reply: Reply<P
             Ok((request, rows, templates))
         },
         Box::new(move |read| match read {
-            Ok((request, rows, templates)) => pool::process(request, rows, templates, reply),
+            Ok((request, rows, templates)) => pool::process_buffer(request, rows, templates, reply),
             Err(e) => reply(Err(e)),
         }),
     );
