@@ -108,3 +108,41 @@ test("a failing batch rejects only its own promise while others run in parallel"
   });
   assert.ok(dt.processorThreads() >= 1);
 });
+
+// processRows hands rows to the batch in chunks of 2,048 while it reads the rest: a row that
+// cannot be read anywhere in the array still rejects the call, whatever the batch did first.
+test("a bad row in a later chunk rejects the batch, even one that was full or failing", async () => {
+  const n = 5000;
+  const good = () => rows([...Array(n)].map((_, i) => rec({ tenantId: `t${i % 7}` })));
+  const bad = good();
+  bad[4100] = { offset: 4100n, tsMs: 1, payload: 7 };
+  const e = await rejectsWithCode(dt.processRows(bad, req(n, { maxRows: n }), [TEMPLATE]), "ERR_INVALID_ARGUMENT");
+  assert.match(e.message, /payload/);
+  // Full after 10 rows (P4): the rows after are still read, as before any chunking.
+  await rejectsWithCode(dt.processRows(bad, req(n, { maxRows: 10 }), [TEMPLATE]), "ERR_INVALID_ARGUMENT");
+  const thrown = good();
+  thrown[2500] = { get offset() { throw new Error("boom"); }, tsMs: 1, payload: Buffer.from("{}") };
+  const t = await rejectsWithCode(dt.processRows(thrown, req(n, { maxRows: n }), [TEMPLATE]), "ERR_INVALID_ARGUMENT");
+  assert.match(t.message, /boom/);
+  // An update without old_value fails row 0 with onMissingBefore "error"; the bad row wins.
+  const strict = { ...req(n, { maxRows: n }), profile: { kind: "state-protocol", touch: { enabled: true, onMissingBefore: "error" } } };
+  const updates = bad.map((r, i) => (i === 4100 ? r : { ...r, payload: Buffer.from(JSON.stringify({ type: "public.e0", key: "1", value: { tenantId: "t1" }, headers: { operation: "update" } })) }));
+  await rejectsWithCode(dt.processRows(updates, strict, [TEMPLATE]), "ERR_INVALID_ARGUMENT");
+  await rejectsWithCode(dt.processRows(updates.slice(0, 4000), strict, [TEMPLATE]), "ERR_PROCESSING");
+  // Offsets must ascend across chunk edges too.
+  const back = good();
+  back[2048] = { ...back[2048], offset: 2047n };
+  const b = await rejectsWithCode(dt.processRows(back, req(n, { maxRows: n }), [TEMPLATE]), "ERR_INVALID_ARGUMENT");
+  assert.equal(b.message, "rows must have strictly ascending offsets");
+});
+
+test("a chunk of string payloads in the middle reads like the Buffers it replaces", async () => {
+  const n = 6000;
+  const buffers = rows([...Array(n)].map((_, i) => rec({ tenantId: `t${i % 11}` })));
+  const mixed = buffers.map((r, i) => (i >= 2048 && i < 4096 && i % 2 === 0 ? { ...r, payload: r.payload.toString() } : r));
+  const options = req(n, { maxRows: n, profile: { kind: "state-protocol", touch: { enabled: true, touchCoalesceWindowMs: 0 } } });
+  const [a, b] = await Promise.all([dt.processRows(buffers, options, [TEMPLATE]), dt.processRows(mixed, options, [TEMPLATE])]);
+  assert.deepEqual(b, a);
+  assert.equal(a.stats.rowsRead, n);
+  assert.ok(a.touches.length > 11, `${a.touches.length} touches`);
+});

@@ -16,7 +16,7 @@ use crate::jscompat::json::Value;
 use crate::jscompat::string::JsString;
 use crate::processor::packed::PackedResult;
 use crate::processor::{
-    pool, Granularity, Mode, ProcessRequest, ProcessResult, Row, RowBuffer, TemplateRow, TouchKind, TouchSettings,
+    pool, Granularity, Mode, ProcessRequest, ProcessResult, RowBuffer, TemplateRow, TouchKind, TouchSettings,
 };
 
 thread_local! {
@@ -141,33 +141,33 @@ pub(crate) fn settle(ticket: Ticket, r: Result<ProcessResult>, output: Output) {
     }
 }
 
-/// Reads `rows` in JS (one pass of JIT code instead of several N-API calls per row): returns
-/// `[offsets: BigInt64Array, tsMs: Float64Array, payloads: Uint8Array[], bytes, ends]`, or null
-/// when a payload is not a Uint8Array (strings then take the slow path). `bytes` (a Uint8Array)
-/// holds all payloads back to back and `ends` (a Float64Array) where each one ends; past
-/// 256 MiB in all they are null and the payloads are read one by one.
+/// Reads `rows[start..end)` in JS (one pass of JIT code instead of several N-API calls per
+/// row): returns `[offsets: BigInt64Array, tsMs: Float64Array, payloads: Uint8Array[], bytes,
+/// ends]`, or null when a payload is not a Uint8Array (strings then take the slow path).
+/// `bytes` (a Uint8Array) holds the payloads back to back and `ends` (a Float64Array) where
+/// each one ends; past 256 MiB in all they are null and the payloads are read one by one.
 const PACK_ROWS: &str = r#"(function () {
   // The payload buffer is reused across calls (Rust copies out of it before returning) up
   // to 16 MiB; bigger batches get their own.
   let scratch = new Uint8Array(0);
-  return function packRows(rows) {
+  return function packRows(rows, start, end) {
   if (!Array.isArray(rows)) throw new TypeError("rows must be an array");
-  const n = rows.length;
+  const n = Math.max(0, Math.min(end, rows.length) - start);
   const offsets = new BigInt64Array(n);
   const ts = new Float64Array(n);
   const payloads = new Array(n);
   let total = 0;
   for (let i = 0; i < n; i++) {
-    const r = rows[i];
-    if (r === null || typeof r !== "object") throw new TypeError("rows[" + i + "] must be an object");
+    const r = rows[start + i];
+    if (r === null || typeof r !== "object") throw new TypeError("rows[" + (start + i) + "] must be an object");
     const p = r.payload;
     if (!(p instanceof Uint8Array)) return null;
     const o = r.offset;
     if (typeof o === "bigint") {
-      if (o < -9223372036854775808n || o > 9223372036854775807n) throw new TypeError("rows[" + i + "].offset is out of the 64-bit range");
+      if (o < -9223372036854775808n || o > 9223372036854775807n) throw new TypeError("rows[" + (start + i) + "].offset is out of the 64-bit range");
       offsets[i] = o;
     } else if (Number.isSafeInteger(o)) offsets[i] = BigInt(o);
-    else throw new TypeError("rows[" + i + "].offset must be a bigint");
+    else throw new TypeError("rows[" + (start + i) + "].offset must be a bigint");
     const t = r.tsMs;
     ts[i] = typeof t === "number" ? t : Number(t);
     payloads[i] = p;
@@ -191,64 +191,55 @@ const PACK_ROWS: &str = r#"(function () {
   };
 })()"#;
 
-/// The rows of a `processRows` call: in one buffer (the usual case), or one by one.
-enum ParsedRows {
-    Buffer(RowBuffer),
-    Rows(Vec<Row>),
-}
+/// Rows per chunk: the first chunk goes to the pool while the next ones are still read.
+const CHUNK_ROWS: u32 = 2048;
 
-fn parse_rows(env: &Env, rows: Js) -> Result<ParsedRows> {
+/// Reads `rows[start..end)` into one buffer ([`PACK_ROWS`], or row by row when a payload is
+/// not a Uint8Array). An empty range still checks that `rows` is an array.
+fn read_chunk(env: &Env, rows: Js, start: u32, end: u32) -> Result<RowBuffer> {
     let packer = script_fn(env, PACK_ROWS).map_err(|e| Error::Internal(e.reason))?;
-    let packed = super::js::call(env, packer, &[rows.raw]).map_err(Error::invalid)?;
+    let out = Out::new(env);
+    let range = |n: u32| out.u32(n).map_err(|e| Error::Internal(e.reason));
+    let packed = super::js::call(env, packer, &[rows.raw, range(start)?, range(end)?]).map_err(Error::invalid)?;
     let packed = Js { env: env.raw(), raw: packed };
     if packed.is_nullish() {
-        return parse_rows_slowly(rows).map(ParsedRows::Rows);
+        return read_chunk_slowly(rows, start, end);
     }
-    let column = |v: Js| -> Vec<u8> { v.typed_bytes().map(|(_, b)| b.to_vec()).unwrap_or_default() };
     let words = |v: Js| -> Vec<[u8; 8]> {
         let bytes = v.typed_bytes().map(|(_, b)| b).unwrap_or_default();
         bytes.chunks_exact(8).map(|w| w.try_into().unwrap_or([0; 8])).collect()
     };
+    let offsets: Vec<i64> = words(packed.element(0)?).into_iter().map(i64::from_ne_bytes).collect();
+    let ts: Vec<f64> = words(packed.element(1)?).into_iter().map(f64::from_ne_bytes).collect();
     let bytes = packed.element(3)?;
-    if !bytes.is_nullish() {
-        // All payloads in one buffer: copied once, the rows keep ranges into it.
-        let offsets: Vec<i64> = words(packed.element(0)?).into_iter().map(i64::from_ne_bytes).collect();
-        let ts: Vec<f64> = words(packed.element(1)?).into_iter().map(f64::from_ne_bytes).collect();
-        let all = bytes.byte_slice().unwrap_or_default();
-        let mut start = 0usize;
-        let ends: Vec<usize> = words(packed.element(4)?)
-            .into_iter()
-            .map(|w| {
-                start = (f64::from_ne_bytes(w) as usize).clamp(start, all.len());
-                start
-            })
-            .collect();
-        let bytes = all[..start].to_vec();
-        return RowBuffer::new(offsets, ts, ends, bytes)
-            .map(ParsedRows::Buffer)
-            .ok_or_else(|| Error::Internal("rows were packed inconsistently".into()));
+    if bytes.is_nullish() {
+        // Too big to pack in JS: each payload is copied from its own array.
+        let payloads = packed.element(2)?;
+        let mut out = RowBuffer::default();
+        for (i, (&offset, &ts_ms)) in offsets.iter().zip(&ts).enumerate() {
+            let payload = payloads.element(i as u32)?;
+            out.push(offset, ts_ms, payload.byte_slice().unwrap_or_default());
+        }
+        return Ok(out);
     }
-    let (offsets, ts) = (column(packed.element(0)?), column(packed.element(1)?));
-    let payloads = packed.element(2)?;
-    let word =
-        |b: &[u8], i: usize| -> [u8; 8] { b.get(i * 8..i * 8 + 8).and_then(|w| w.try_into().ok()).unwrap_or([0; 8]) };
-    let n = offsets.len() / 8;
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n {
-        let payload = payloads.element(i as u32)?.byte_slice().map(<[u8]>::to_vec).unwrap_or_default();
-        out.push(Row {
-            offset: i64::from_ne_bytes(word(&offsets, i)),
-            ts_ms: f64::from_ne_bytes(word(&ts, i)),
-            payload,
-        });
-    }
-    Ok(ParsedRows::Rows(out))
+    // All payloads in one buffer: copied once, the rows keep ranges into it.
+    let all = bytes.byte_slice().unwrap_or_default();
+    let mut start = 0usize;
+    let ends: Vec<usize> = words(packed.element(4)?)
+        .into_iter()
+        .map(|w| {
+            start = (f64::from_ne_bytes(w) as usize).clamp(start, all.len());
+            start
+        })
+        .collect();
+    RowBuffer::new(offsets, ts, ends, all[..start].to_vec())
+        .ok_or_else(|| Error::Internal("rows were packed inconsistently".into()))
 }
 
-fn parse_rows_slowly(rows: Js) -> Result<Vec<Row>> {
-    let n = rows.array_len("rows")?;
-    let mut out = Vec::with_capacity(n as usize);
-    for i in 0..n {
+fn read_chunk_slowly(rows: Js, start: u32, end: u32) -> Result<RowBuffer> {
+    let end = end.min(rows.array_len("rows")?);
+    let mut out = RowBuffer::default();
+    for i in start..end {
         let row = rows.element(i)?.object("rows[]")?;
         let offset =
             offset(row.get("offset")?.ok_or_else(|| Error::invalid("rows[].offset is required"))?, "rows[].offset")?;
@@ -259,7 +250,7 @@ fn parse_rows_slowly(rows: Js) -> Result<Vec<Row>> {
         };
         let payload =
             row.get("payload")?.ok_or_else(|| Error::invalid("rows[].payload is required"))?.bytes("rows[].payload")?;
-        out.push(Row { offset, ts_ms, payload });
+        out.push(offset, ts_ms, &payload);
     }
     Ok(out)
 }
@@ -309,22 +300,33 @@ pub fn process_rows<'env>(
     request: Unknown,
     templates: Option<Unknown>,
 ) -> napi::Result<Unknown<'env>> {
+    let rows = Js::new(env, rows.raw());
     let parsed = (|| {
         let req = parse_request(Js::new(env, request.raw()))?;
         let output = parse_output(&Js::new(env, request.raw()))?;
-        let rows = parse_rows(env, Js::new(env, rows.raw()))?;
+        let first = read_chunk(env, rows, 0, CHUNK_ROWS)?;
         let templates = parse_templates(templates.as_ref().map(|t| Js::new(env, t.raw())))?;
-        Ok((req, output, rows, templates))
+        Ok((req, output, first, templates, rows.array_len("rows")?))
     })();
-    let (req, output, rows, templates) = match parsed {
+    let (req, output, first, templates, n) = match parsed {
         Ok(v) => v,
         Err(e) => return Ok(unknown(env, Port::rejected(env, &e)?)),
     };
     let (ticket, promise) = port(env)?.promise(env)?;
     let reply = Box::new(move |r| settle(ticket, r, output));
-    match rows {
-        ParsedRows::Buffer(rows) => pool::process_buffer(req, rows, templates, reply),
-        ParsedRows::Rows(rows) => pool::process(req, rows, templates, reply),
+    // The first chunk starts the batch on the pool while the others are read here; an error
+    // in a later row reaches the batch as its chunk, and rejects it.
+    let (chunks, batch) = std::sync::mpsc::channel();
+    let _ = chunks.send(Ok(first));
+    pool::process_stream(req, n as usize, templates, batch, reply);
+    let mut start = CHUNK_ROWS;
+    while start < n {
+        let chunk = read_chunk(env, rows, start, start.saturating_add(CHUNK_ROWS));
+        let failed = chunk.is_err();
+        if chunks.send(chunk).is_err() || failed {
+            break;
+        }
+        start = start.saturating_add(CHUNK_ROWS);
     }
     Ok(unknown(env, promise))
 }

@@ -14,7 +14,8 @@ use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use super::{
-    Granularity, Plan, ProcessRequest, ProcessResult, ProcessStats, Row, RowRef, TemplateRow, Touch, TouchKind,
+    Granularity, Plan, ProcessRequest, ProcessResult, ProcessStats, Row, RowBuffer, RowRef, TemplateRow, Touch,
+    TouchKind,
 };
 use crate::changes::{
     decode_payload, fields_equal, is_projected_field_value, read_record, read_record_ascii, Entries, Field, Image, Op,
@@ -317,6 +318,64 @@ pub(crate) fn process_with<'r>(
     templates: &[TemplateRow],
     switches: Option<Switches>,
 ) -> Result<ProcessResult> {
+    run(request, count, templates, switches, |take| {
+        for row in rows {
+            if !take(row)? {
+                break;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// [`process_row_refs`] over rows that arrive in chunks (each chunk's rows ascend after the
+/// last chunk's). A chunk that is an error ends the batch with that error, even when the rows
+/// before it already ended the batch (P4's limits) or failed it: every chunk is received, so
+/// an error in the input always wins, as when the rows are all read before the batch starts.
+pub fn process_chunks(
+    request: &ProcessRequest,
+    count: usize,
+    chunks: impl IntoIterator<Item = Result<RowBuffer>>,
+    templates: &[TemplateRow],
+) -> Result<ProcessResult> {
+    let mut chunks = chunks.into_iter();
+    let mut input_error = None;
+    let result = run(request, count, templates, None, |take| {
+        for chunk in chunks.by_ref() {
+            let chunk = match chunk {
+                Ok(chunk) => chunk,
+                Err(e) => {
+                    input_error = Some(e);
+                    return Ok(());
+                }
+            };
+            for row in chunk.iter() {
+                if !take(row)? {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    });
+    // The rest of the input, read for its first error only.
+    if input_error.is_none() {
+        input_error = chunks.find_map(|chunk| chunk.err());
+    }
+    match input_error {
+        Some(e) => Err(e),
+        None => result,
+    }
+}
+
+/// One batch: `feed` hands the rows in order to `take`, until `take` returns `Ok(false)` (the
+/// batch is full) or an error; then the batch finishes.
+fn run(
+    request: &ProcessRequest,
+    count: usize,
+    templates: &[TemplateRow],
+    switches: Option<Switches>,
+    feed: impl FnOnce(&mut dyn FnMut(RowRef<'_>) -> Result<bool>) -> Result<()>,
+) -> Result<ProcessResult> {
     let plan = request.plan()?;
     let mut batch = Batch::new(&plan, if plan.emit_fine { templates } else { &[] });
     if let Some(s) = switches {
@@ -330,7 +389,7 @@ pub(crate) fn process_with<'r>(
     let mut template_only: Vec<(u32, i64, f64)> = Vec::new();
     let capture_images = plan.emit_fine && !batch.templates.is_empty();
 
-    for row in rows {
+    feed(&mut |row: RowRef<'_>| {
         if let Some(prev) = last_offset {
             if row.offset <= prev {
                 return Err(Error::invalid("rows must have strictly ascending offsets"));
@@ -338,19 +397,19 @@ pub(crate) fn process_with<'r>(
         }
         last_offset = Some(row.offset);
         if row.offset < request.from_offset || row.offset > request.to_offset {
-            continue;
+            return Ok(true);
         }
         // P4.
         let len = row.payload.len() as f64;
         if !plan.limits.admits(batch.stats.rows_read, batch.stats.bytes_read, len) {
-            break;
+            return Ok(false);
         }
         batch.stats.rows_read += 1.0;
         batch.stats.bytes_read += len;
         processed_through = row.offset;
         let ts = row.ts_ms;
         if !ts.is_finite() {
-            continue;
+            return Ok(true);
         }
         if ts > batch.stats.max_source_ts_ms {
             batch.stats.max_source_ts_ms = ts;
@@ -367,13 +426,14 @@ pub(crate) fn process_with<'r>(
             Record::Change(change) => change,
             Record::NoChange if plan.complete && is_control_record(&decode_payload(row.payload)) => {
                 batch.stats.control_records += 1.0;
-                continue;
+                return Ok(true);
             }
-            _ => continue,
+            _ => return Ok(true),
         };
         batch.stats.changes += 1.0;
         batch.change(&change, row.offset, ts, &mut template_only)?;
-    }
+        Ok(true)
+    })?;
 
     // P10.
     if plan.emit_fine && plan.hot_templates_only && !batch.exhausted && !template_only.is_empty() {

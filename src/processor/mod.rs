@@ -23,7 +23,7 @@ use crate::jscompat::number::js_max;
 use crate::jscompat::string::JsString;
 use crate::spec::{OnMissingBefore, TouchConfig};
 
-pub use batch::{process_row_refs, process_rows};
+pub use batch::{process_chunks, process_row_refs, process_rows};
 
 /// One WAL row.
 #[derive(Debug, Clone, PartialEq)]

@@ -3,7 +3,9 @@
 
 use std::sync::OnceLock;
 
-use super::{process_row_refs, process_rows, ProcessRequest, ProcessResult, Row, RowBuffer, TemplateRow};
+use super::{
+    process_chunks, process_row_refs, process_rows, ProcessRequest, ProcessResult, Row, RowBuffer, TemplateRow,
+};
 use crate::error::catch_panic;
 use crate::store::Reply;
 
@@ -36,6 +38,21 @@ pub fn process(request: ProcessRequest, rows: Vec<Row>, templates: Vec<TemplateR
     pool().spawn(move || {
         reply(catch_panic(|| process_rows(&request, &rows, &templates)));
         drop((rows, templates));
+    });
+}
+
+/// [`process`] for rows that arrive in chunks while the batch runs (`count` rows in all, for
+/// reserving): the batch takes each chunk as it comes ([`process_chunks`]).
+pub fn process_stream(
+    request: ProcessRequest,
+    count: usize,
+    templates: Vec<TemplateRow>,
+    chunks: std::sync::mpsc::Receiver<crate::Result<RowBuffer>>,
+    reply: Reply<ProcessResult>,
+) {
+    pool().spawn(move || {
+        reply(catch_panic(|| process_chunks(&request, count, chunks.iter(), &templates)));
+        drop(templates);
     });
 }
 

@@ -247,3 +247,83 @@ fn a_nan_budget_never_runs_out() {
     req.touch.fine_touch_budget_per_batch = None;
     assert_eq!(run(&req).unwrap().touches.len(), 10);
 }
+
+/// `rows` cut before each index of `cuts`, as [`process_chunks`] receives them.
+fn chunked(rows: &[Row], cuts: &[usize]) -> Vec<Result<RowBuffer>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for &end in cuts.iter().chain([&rows.len()]) {
+        let mut chunk = RowBuffer::default();
+        for r in &rows[start..end] {
+            chunk.push(r.offset, r.ts_ms, &r.payload);
+        }
+        out.push(Ok(chunk));
+        start = end;
+    }
+    out
+}
+
+#[test]
+fn chunks_give_the_batch_that_all_rows_at_once_give() {
+    let rows = p17_rows();
+    let templates = [p17_template()];
+    for policy in [OnMissingBefore::Coarse, OnMissingBefore::SkipBefore, OnMissingBefore::Error] {
+        for max_rows in [1.0, 3.0, 5.0, 500.0] {
+            let mut req = request(policy);
+            req.max_rows = max_rows;
+            let whole = process_rows(&req, &rows, &templates);
+            // Every way of cutting the eight rows in two or three chunks, empty chunks too.
+            for a in 0..=rows.len() {
+                for b in a..=rows.len() {
+                    let got = process_chunks(&req, rows.len(), chunked(&rows, &[a, b]), &templates);
+                    match (&got, &whole) {
+                        (Ok(got), Ok(whole)) => assert_eq!(got, whole, "{policy:?} max {max_rows} cut {a} {b}"),
+                        (Err(got), Err(whole)) => assert_eq!(got.to_string(), whole.to_string()),
+                        _ => panic!("{policy:?} max {max_rows} cut {a} {b}: {got:?} vs {whole:?}"),
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn an_input_error_in_any_chunk_fails_the_batch_even_after_it_ended() {
+    let rows = p17_rows();
+    let templates = [p17_template()];
+    let bad = || Err(Error::invalid("rows[6].payload must be a Buffer"));
+    let fails_with_input_error = |req: &ProcessRequest, chunks: Vec<Result<RowBuffer>>| {
+        let e = process_chunks(req, rows.len(), chunks, &templates).unwrap_err();
+        assert_eq!((e.code(), e.to_string().as_str()), ("ERR_INVALID_ARGUMENT", "rows[6].payload must be a Buffer"));
+    };
+    let mut chunks = chunked(&rows, &[4]);
+    chunks.insert(1, bad());
+    fails_with_input_error(&p17_request(), chunks);
+    // The batch is full after one row (P4), and the error comes later.
+    let mut full = p17_request();
+    full.max_rows = 1.0;
+    let mut chunks = chunked(&rows, &[4]);
+    chunks.push(bad());
+    fails_with_input_error(&full, chunks);
+    // onMissingBefore "error" fails row 3 (an update without old_value); the input error that
+    // follows still wins, as when all rows were read before the batch ran.
+    let strict = request(OnMissingBefore::Error);
+    assert_eq!(process_rows(&strict, &rows, &templates).unwrap_err().code(), "ERR_PROCESSING");
+    let mut chunks = chunked(&rows, &[5]);
+    chunks.push(bad());
+    fails_with_input_error(&strict, chunks);
+    // The first input error is the one reported.
+    let mut chunks = chunked(&rows, &[2]);
+    chunks.insert(1, bad());
+    chunks.push(Err(Error::invalid("a later error")));
+    fails_with_input_error(&p17_request(), chunks);
+}
+
+#[test]
+fn offsets_must_ascend_across_chunks() {
+    let rows = p17_rows();
+    let mut chunks = chunked(&rows[..4], &[]);
+    chunks.extend(chunked(&rows[3..], &[]));
+    let e = process_chunks(&p17_request(), rows.len(), chunks, &[p17_template()]).unwrap_err();
+    assert_eq!(e.to_string(), "rows must have strictly ascending offsets");
+}
