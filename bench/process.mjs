@@ -9,8 +9,10 @@
 // (maxBytes 64 MiB); B2 with emitFineTouches=false and budget 0, B3 with the 24 templates,
 // key granularity and an unlimited budget. Rows are prepared before timing; each request
 // gets the rows of its range (what a host's WAL range read returns). Time includes reading
-// the rows from JS, processing and building the touch objects on the JS thread. Prints one
-// JSON line per benchmark.
+// the rows from JS, processing and building the touch objects on the JS thread. "One thread"
+// is one batch in flight: the batch runs on one pool thread, which starts on the first 2,048
+// rows while the JS thread reads the rest of them (as the reference's main thread and worker
+// are two threads). Prints one JSON line per benchmark.
 //
 // Two output forms are timed, alternately in each run: touch objects (the default, the
 // reference's reply; the headline `results.medianRowsPerSec` and `results.allCores`) and
@@ -18,8 +20,9 @@
 // results into counters; the packed pass reads `packed.count` and never builds objects.
 //
 // `results.storeBacked` runs the same batches through `TouchEngine.processBatch`, which reads
-// the rows and the active templates from the native Store (SQLite) on the pool, as the
-// reference's worker reads its SQLite: the WAL is written first (one append per record, with
+// the rows and the active templates from the native Store (SQLite), as the reference's worker
+// reads its SQLite (a store reader thread reads while one pool thread processes, chunk by
+// chunk; one batch in flight): the WAL is written first (one append per record, with
 // appendMs = T0 + offset; the 24 templates activated before the first row for B3), then timed
 // one batch at a time, both outputs (skipped with --no-store).
 //

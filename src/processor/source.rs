@@ -3,6 +3,9 @@
 //! then processing on the pool. This is what `TouchEngine.processBatch` runs.
 
 use rusqlite::types::ValueRef;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use rusqlite::{params, Connection};
 
 use super::{pool, ProcessRequest, ProcessResult, RowBuffer, TemplateRow};
@@ -56,49 +59,91 @@ pub fn read_active_templates(conn: &Connection, stream: &str) -> Result<Vec<Temp
 /// The rows `from..=to` of the stream's WAL that the batch will take (P4's limits), with
 /// their payloads in one buffer.
 pub fn read_batch_rows(conn: &Connection, request: &ProcessRequest) -> Result<RowBuffer> {
+    let mut all = RowBuffer::default();
+    read_batch_chunks(conn, request, usize::MAX, |chunk| {
+        all = chunk;
+        true
+    })?;
+    Ok(all)
+}
+
+/// [`read_batch_rows`] in chunks of up to `chunk_rows` rows, each handed to `send` as soon as
+/// it is read; stops early when `send` returns false.
+pub fn read_batch_chunks(
+    conn: &Connection,
+    request: &ProcessRequest,
+    chunk_rows: usize,
+    mut send: impl FnMut(RowBuffer) -> bool,
+) -> Result<()> {
     let limits = request.plan()?.limits;
     let mut stmt = conn.prepare_cached(
         "SELECT offset, ts_ms, payload FROM wal WHERE stream = ?1 AND offset >= ?2 AND offset <= ?3 ORDER BY offset ASC",
     )?;
     let mut rows = stmt.query(params![request.stream, request.from_offset, request.to_offset])?;
-    let mut out = RowBuffer::default();
-    let mut bytes = 0f64;
+    let mut chunk = RowBuffer::default();
+    let (mut count, mut bytes) = (0f64, 0f64);
     while let Some(r) = rows.next()? {
         let payload: &[u8] = match r.get_ref(2)? {
             ValueRef::Blob(b) | ValueRef::Text(b) => b,
             _ => &[],
         };
         let len = payload.len() as f64;
-        if !limits.admits(out.len() as f64, bytes, len) {
+        if !limits.admits(count, bytes, len) {
             break;
         }
+        count += 1.0;
         bytes += len;
         let ts_ms = match r.get_ref(1)? {
             ValueRef::Integer(i) => i as f64,
             ValueRef::Real(f) => f,
             _ => f64::NAN,
         };
-        out.push(r.get(0)?, ts_ms, payload);
+        chunk.push(r.get(0)?, ts_ms, payload);
+        if chunk.len() >= chunk_rows && !send(std::mem::take(&mut chunk)) {
+            return Ok(());
+        }
     }
-    Ok(out)
+    if !chunk.is_empty() || count == 0.0 {
+        send(chunk);
+    }
+    Ok(())
 }
 
-/// Reads the batch on a store reader, then processes it on the processor pool.
+/// Rows per chunk of a store-backed batch.
+const CHUNK_ROWS: usize = 2048;
+
+/// Reads the batch on a store reader and processes it on the processor pool, chunk by chunk:
+/// the batch starts on the first 2,048 rows while the reader reads on. A read error after the
+/// batch started reaches it as its next chunk and fails it.
 pub fn process_from_store(store: &Store, request: ProcessRequest, reply: Reply<ProcessResult>) {
     let plan = match request.plan() {
         Ok(p) => p,
         Err(e) => return reply(Err(e)),
     };
     let stream = request.stream.clone();
+    // The reply goes to the batch once it starts; a read that fails before that answers.
+    let unstarted = Arc::new(Mutex::new(Some(reply)));
+    let batch_reply = unstarted.clone();
     store.query(
         move |conn| {
             let templates = if plan.emit_fine { read_active_templates(conn, &stream)? } else { Vec::new() };
-            let rows = read_batch_rows(conn, &request)?;
-            Ok((request, rows, templates))
+            let Some(reply) = batch_reply.lock().take() else { return Ok(()) };
+            let range = request.to_offset.saturating_sub(request.from_offset).saturating_add(1);
+            let expected = (range.max(0) as f64).min(plan.limits.max_rows).min(65_536.0) as usize;
+            let (chunks, received) = std::sync::mpsc::channel();
+            pool::process_stream(request.clone(), expected, templates, received, reply);
+            if let Err(e) = read_batch_chunks(conn, &request, CHUNK_ROWS, |chunk| chunks.send(Ok(chunk)).is_ok()) {
+                let _ = chunks.send(Err(e));
+            }
+            Ok(())
         },
-        Box::new(move |read| match read {
-            Ok((request, rows, templates)) => pool::process_buffer(request, rows, templates, reply),
-            Err(e) => reply(Err(e)),
+        Box::new(move |read: Result<()>| {
+            if let Err(e) = read {
+                let reply = unstarted.lock().take();
+                if let Some(reply) = reply {
+                    reply(Err(e));
+                }
+            }
         }),
     );
 }
@@ -107,6 +152,7 @@ pub fn process_from_store(store: &Store, request: ProcessRequest, reply: Reply<P
 mod tests {
     use super::*;
     use crate::processor::batch::tests::{p17_request, p17_rows, p17_template};
+    use crate::processor::Row;
     use crate::store::{blocking, AppendRequest, StoreOptions};
 
     #[test]
@@ -149,6 +195,43 @@ mod tests {
         req.emit_fine_touches = false;
         let r = blocking(|r| process_from_store(&store, req, r)).unwrap();
         assert_eq!((r.processed_through, r.stats.rows_read), (2, 3.0));
+        blocking(|r| store.close(r)).unwrap();
+    }
+
+    #[test]
+    fn a_batch_of_many_chunks_is_the_batch_of_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("c.sqlite").to_str().unwrap(), StoreOptions::default()).unwrap();
+        blocking(|r| store.create_stream("s".into(), Some("application/json".into()), None, r)).unwrap();
+        let p17 = p17_rows();
+        let n = 3 * CHUNK_ROWS + 17;
+        let payloads: Vec<Vec<u8>> = (0..n).map(|i| p17[i % p17.len()].payload.clone()).collect();
+        let req = AppendRequest {
+            stream: "s".into(),
+            payloads: payloads.clone(),
+            append_ms: Some(1000),
+            ..Default::default()
+        };
+        blocking(|r| store.append(req, r)).unwrap();
+        let rows: Vec<Row> = payloads
+            .into_iter()
+            .enumerate()
+            .map(|(i, payload)| Row { offset: i as i64, ts_ms: 1000.0, payload })
+            .collect();
+        for (max_rows, max_bytes) in [(1e9, 1e12), (2.0 * CHUNK_ROWS as f64 + 5.0, 1e12), (1e9, 300_000.0)] {
+            let mut request = p17_request();
+            (request.to_offset, request.max_rows, request.max_bytes) = (n as i64 - 1, max_rows, max_bytes);
+            request.touch.on_missing_before = crate::spec::OnMissingBefore::SkipBefore;
+            let from_store = blocking(|r| process_from_store(&store, request.clone(), r)).unwrap();
+            let from_rows = crate::processor::process_rows(&request, &rows, &[]).unwrap();
+            assert_eq!(from_store, from_rows, "maxRows {max_rows}, maxBytes {max_bytes}");
+            assert!(from_store.stats.rows_read > CHUNK_ROWS as f64);
+        }
+        // A stream with no rows in the range is an empty batch.
+        let mut request = p17_request();
+        (request.from_offset, request.to_offset) = (n as i64 + 10, n as i64 + 20);
+        let empty = blocking(|r| process_from_store(&store, request, r)).unwrap();
+        assert_eq!((empty.stats.rows_read, empty.processed_through), (0.0, n as i64 + 9));
         blocking(|r| store.close(r)).unwrap();
     }
 }
