@@ -42,7 +42,10 @@ pub fn process(request: ProcessRequest, rows: Vec<Row>, templates: Vec<TemplateR
 }
 
 /// [`process`] for rows that arrive in chunks while the batch runs (`count` rows in all, for
-/// reserving): the batch takes each chunk as it comes ([`process_chunks`]).
+/// reserving): the batch takes each chunk as it comes ([`process_chunks`]) and ends when the
+/// sender is dropped. The pool thread waits for chunks, so the sender must never wait for the
+/// pool (the channel is unbounded, and its senders — the JS thread reading `processRows`'
+/// rows, a store reader — only read and send), or a full pool could deadlock.
 pub fn process_stream(
     request: ProcessRequest,
     count: usize,
