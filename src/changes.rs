@@ -6,8 +6,8 @@
 //!   would (any depth, without building a tree) and keeps only what touches depend on: the
 //!   entity, the operation and the top-level members of `value` / `old_value` (scalars, or
 //!   "an object/array" for nested containers, which never yield keys, B6).
-//!   [`read_record_ascii`] is the same reader on the raw payload bytes, for payloads that are
-//!   all ASCII (it gives up on any other, which is then decoded first).
+//!   [`read_record_raw`] is the same reader on the raw payload bytes, for payloads that
+//!   decode to themselves (it gives up on any other, which is then decoded first).
 //! - [`derive_change`]: the same rules on an already parsed [`Value`].
 //!
 //! A record yields no change when it is not an object, `headers` is not an object,
@@ -159,15 +159,12 @@ pub fn read_record(text: &str, capture_images: bool) -> Record<'_> {
     }
 }
 
-/// [`read_record`] on a raw payload that is all ASCII, without decoding it first (it would
-/// decode to itself). `None` when the payload holds a non-ASCII byte or is not JSON: then
-/// decode it ([`decode_payload`]) and read the text.
-pub fn read_record_ascii(payload: &[u8], capture_images: bool) -> Option<Record<'_>> {
-    let mut sc = Scanner::indexed_ascii(payload)?;
-    match read_top(&mut sc, capture_images) {
-        Ok(r) if !sc.saw_non_ascii() => Some(r),
-        _ => None,
-    }
+/// [`read_record`] on a raw payload that decodes to itself (all ASCII, or valid UTF-8 without
+/// a leading byte order mark), read in place. `None` for any other payload: decode it
+/// ([`decode_payload`]) and read the text.
+pub fn read_record_raw(payload: &[u8], capture_images: bool) -> Option<Record<'_>> {
+    let mut sc = Scanner::indexed_raw(payload)?;
+    Some(read_top(&mut sc, capture_images).unwrap_or(Record::NotJson))
 }
 
 /// The payload as `TextDecoder` decodes it (lossy UTF-8, leading BOM dropped).
@@ -399,19 +396,26 @@ mod tests {
     }
 
     #[test]
-    fn ascii_payloads_read_raw_as_decoded() {
-        let ok = br#"{"type":"t","key":"k","headers":{"operation":"update"},"value":{"a":"x","b":[1,{"c":2}]},"old_value":{"a":"y"}}"#;
-        assert_eq!(read_record_ascii(ok, true), Some(read_record(&decode_payload(ok), true)));
-        let non_ascii: [&[u8]; 6] = [
+    fn payloads_that_decode_to_themselves_read_raw_as_decoded() {
+        let in_place: [&[u8]; 6] = [
+            br#"{"type":"t","key":"k","headers":{"operation":"update"},"value":{"a":"x","b":[1,{"c":2}]},"old_value":{"a":"y"}}"#,
             "{\"type\":\"t\u{e9}\",\"key\":\"k\",\"headers\":{\"operation\":\"insert\"}}".as_bytes(),
-            b"{\"type\":\"t\xff\",\"key\":\"k\",\"headers\":{\"operation\":\"insert\"}}",
-            b"\xEF\xBB\xBF{\"type\":\"t\",\"key\":\"k\",\"headers\":{\"operation\":\"insert\"}}",
             b"{\"type\":\"t\",\"key\":\"k\",\"headers\":{\"operation\":\"insert\"},\"value\":{\"a\":[\"\xc3\xa9\"]}}",
             b"{\"a\":1}\xc2\xa0",
             b"{not json",
+            b"",
         ];
-        for p in non_ascii {
-            assert_eq!(read_record_ascii(p, true), None, "{p:?}");
+        for p in in_place {
+            assert_eq!(read_record_raw(p, true), Some(read_record(&decode_payload(p), true)), "{p:?}");
+        }
+        // Invalid UTF-8 and a leading BOM change in decoding: those are decoded first.
+        let decoded: [&[u8]; 3] = [
+            b"{\"type\":\"t\xff\",\"key\":\"k\",\"headers\":{\"operation\":\"insert\"}}",
+            b"\xEF\xBB\xBF{\"type\":\"t\",\"key\":\"k\",\"headers\":{\"operation\":\"insert\"}}",
+            b"{\"type\":\"t\",\"key\":\"k\xed\xa0\x80\",\"headers\":{\"operation\":\"insert\"}}",
+        ];
+        for p in decoded {
+            assert_eq!(read_record_raw(p, true), None, "{p:?}");
         }
     }
 

@@ -309,30 +309,27 @@ fn decode_escaped(raw: &[u8], out: &mut Vec<u8>) {
 }
 
 /// The bytes of `w` (little-endian) that end a run of plain string content — `"`, `\\` and
-/// control characters — plus those of `high`'s set bits (0x80 per byte to stop at non-ASCII
-/// bytes too), as the high bit of each flagged byte (SWAR). Bytes above the first flagged one
-/// may be flagged spuriously (borrows), so only the lowest flag is meaningful.
+/// control characters — as the high bit of each flagged byte (SWAR). Bytes above the first
+/// flagged one may be flagged spuriously (borrows), so only the lowest flag is meaningful.
 #[inline]
-fn special_mask(w: u64, high: u64) -> u64 {
+fn special_mask(w: u64) -> u64 {
     const LO: u64 = 0x0101_0101_0101_0101;
     const HI: u64 = 0x8080_8080_8080_8080;
     let zero = |x: u64| x.wrapping_sub(LO) & !x & HI;
     let below_space = w.wrapping_sub(LO * 0x20) & !w & HI;
-    zero(w ^ (LO * b'"' as u64)) | zero(w ^ (LO * b'\\' as u64)) | below_space | (w & high)
+    zero(w ^ (LO * b'"' as u64)) | zero(w ^ (LO * b'\\' as u64)) | below_space
 }
 
-/// The JSON lexer over text that is valid UTF-8 (the decoded payload), or over raw bytes:
-/// outside string tokens any non-ASCII byte is a syntax error, and inside them the scanner
-/// notes it ([`Scanner::saw_non_ascii`]), so a raw scan that succeeds without one read exactly
-/// what the decoded text would give.
+/// The JSON lexer over valid UTF-8 text: a decoded payload, or raw payload bytes that decode
+/// to themselves ([`Scanner::indexed_raw`]). Outside string tokens any non-ASCII byte is a
+/// syntax error.
 pub struct Scanner<'a> {
     b: &'a [u8],
     pos: usize,
     /// Open containers of [`Scanner::skip_value`] (`{` or `[`); inline for shallow values.
     stack: smallvec::SmallVec<[u8; 32]>,
-    non_ascii: bool,
     /// Where the text's `"` bytes and special bytes are ([`index`]), for a scanner made by
-    /// [`Scanner::indexed`] or [`Scanner::indexed_ascii`].
+    /// [`Scanner::indexed`] or [`Scanner::indexed_raw`].
     index: Option<Index>,
 }
 
@@ -343,6 +340,8 @@ struct Index {
     /// No special byte anywhere: every string token ends at the next quote (the usual case,
     /// with a cheaper lookup).
     plain: bool,
+    /// Some byte is above 0x7F.
+    non_ascii: bool,
 }
 
 /// A 64-byte block of a text: bit `i` of `quotes` is set where byte `i` is `"`, of `special`
@@ -353,11 +352,10 @@ struct Block {
     special: u64,
 }
 
-/// Indexes the quotes and special bytes of `b` (see [`Block`]); with `ascii_only`, `None`
-/// when a byte is above 0x7F. A string token whose bytes up to the next quote hold no special
-/// byte ends at that quote and is valid as it stands (no escape, no control character); any
-/// other is scanned byte by byte ([`Scanner::string`]).
-fn index(b: &[u8], ascii_only: bool) -> Option<Index> {
+/// Indexes the quotes and special bytes of `b` (see [`Block`]). A string token whose bytes up
+/// to the next quote hold no special byte ends at that quote and is valid as it stands (no
+/// escape, no control character); any other is scanned byte by byte ([`Scanner::string`]).
+fn index(b: &[u8]) -> Index {
     let mut out = smallvec::SmallVec::with_capacity(b.len().div_ceil(64));
     let mut chunks = b.chunks_exact(64);
     let (mut high, mut special) = (0u64, 0u64);
@@ -388,7 +386,7 @@ fn index(b: &[u8], ascii_only: bool) -> Option<Index> {
         special |= block.special;
         out.push(block);
     }
-    (!ascii_only || high == 0).then_some(Index { blocks: out, plain: special == 0 })
+    Index { blocks: out, plain: special == 0, non_ascii: high != 0 }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -432,24 +430,24 @@ fn block64_bytewise(block: &[u8; 64]) -> (Block, u64) {
 
 impl<'a> Scanner<'a> {
     pub fn new(text: &'a [u8]) -> Self {
-        Scanner { b: text, pos: 0, stack: smallvec::SmallVec::new(), non_ascii: false, index: None }
+        Scanner { b: text, pos: 0, stack: smallvec::SmallVec::new(), index: None }
     }
 
     /// A scanner over `text` that indexes it first ([`index`]), so that most string tokens
     /// end without a look at their bytes. Reads exactly what [`Scanner::new`] reads.
     pub fn indexed(text: &'a str) -> Self {
-        Scanner { index: index(text.as_bytes(), false), ..Scanner::new(text.as_bytes()) }
+        Scanner { index: Some(index(text.as_bytes())), ..Scanner::new(text.as_bytes()) }
     }
 
-    /// [`Scanner::indexed`] over raw bytes that are all ASCII (and so decode to themselves);
-    /// `None` when one is above 0x7F.
-    pub fn indexed_ascii(bytes: &'a [u8]) -> Option<Self> {
-        Some(Scanner { index: Some(index(bytes, true)?), ..Scanner::new(bytes) })
-    }
-
-    /// Whether a string token read so far held a byte of 0x80 or above.
-    pub fn saw_non_ascii(&self) -> bool {
-        self.non_ascii
+    /// [`Scanner::indexed`] over raw payload bytes that decode to themselves — all ASCII, or
+    /// valid UTF-8 without a leading byte order mark (P4's `TextDecoder` drops one) — so the
+    /// payload is read in place with one index; `None` for any other (decode it first).
+    pub fn indexed_raw(bytes: &'a [u8]) -> Option<Self> {
+        let index = index(bytes);
+        if index.non_ascii && (bytes.starts_with(b"\xEF\xBB\xBF") || std::str::from_utf8(bytes).is_err()) {
+            return None;
+        }
+        Some(Scanner { index: Some(index), ..Scanner::new(bytes) })
     }
 
     /// Skips JSON whitespace (space, tab, LF, CR only).
@@ -546,7 +544,6 @@ impl<'a> Scanner<'a> {
         loop {
             // Find the next special byte 8 bytes at a time; the last word is padded with NULs,
             // which stop the search at the end of the text.
-            let high = if self.non_ascii { 0 } else { 0x8080_8080_8080_8080 };
             loop {
                 let w = match b.get(i..i + 8) {
                     Some(word) => u64::from_le_bytes(word.try_into().unwrap_or([0; 8])),
@@ -557,7 +554,7 @@ impl<'a> Scanner<'a> {
                         u64::from_le_bytes(word)
                     }
                 };
-                let m = special_mask(w, high);
+                let m = special_mask(w);
                 if m != 0 {
                     i += (m.trailing_zeros() / 8) as usize;
                     break;
@@ -581,10 +578,6 @@ impl<'a> Scanner<'a> {
                     }
                 }
                 0..=0x1F => return Err(SyntaxError),
-                0x80.. => {
-                    self.non_ascii = true;
-                    i += 1;
-                }
                 _ => i += 1,
             }
         }
@@ -921,9 +914,9 @@ mod tests {
     fn scanners_agree(text: &str) {
         let plain = tokens(Scanner::new(text.as_bytes()));
         assert_eq!(tokens(Scanner::indexed(text)), plain, "{text:?}");
-        match Scanner::indexed_ascii(text.as_bytes()) {
+        match Scanner::indexed_raw(text.as_bytes()) {
             Some(sc) => assert_eq!(tokens(sc), plain, "{text:?}"),
-            None => assert!(!text.is_ascii(), "{text:?}"),
+            None => assert!(text.starts_with('\u{FEFF}'), "{text:?}"),
         }
     }
 
@@ -953,9 +946,13 @@ mod tests {
 
     #[test]
     fn the_index_has_each_byte_at_its_place() {
-        assert_eq!(index(b"", true), Some(Index { blocks: Default::default(), plain: true }));
-        assert_eq!(index("\"\u{e9}\"".as_bytes(), true), None);
-        assert!(index("\"\u{e9}\"".as_bytes(), false).is_some());
+        assert_eq!(index(b""), Index { blocks: Default::default(), plain: true, non_ascii: false });
+        assert!(index("\"\u{e9}\"".as_bytes()).non_ascii);
+        // Raw bytes are read in place only when they decode to themselves.
+        assert!(Scanner::indexed_raw(b"\"abc\"").is_some());
+        assert!(Scanner::indexed_raw("\"\u{e9}\"".as_bytes()).is_some());
+        assert!(Scanner::indexed_raw(b"\"\xc3\"").is_none());
+        assert!(Scanner::indexed_raw(b"\xEF\xBB\xBF\"a\"").is_none());
         // Wherever a byte sits, in a full block or in the overlapped last one.
         for len in [1, 63, 64, 65, 130] {
             for at in 0..len {
@@ -964,8 +961,8 @@ mod tests {
                 {
                     let mut text = vec![b'a'; len];
                     text[at] = c;
-                    assert_eq!(index(&text, true).is_none(), c >= 0x80);
-                    let Index { blocks, plain } = index(&text, false).unwrap();
+                    let Index { blocks, plain, non_ascii } = index(&text);
+                    assert_eq!(non_ascii, c >= 0x80);
                     assert_eq!(plain, !special);
                     assert_eq!(blocks.len(), len.div_ceil(64));
                     let bit = |w: u64| w >> (at % 64) & 1 == 1;

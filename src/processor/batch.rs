@@ -18,7 +18,7 @@ use super::{
     TouchKind,
 };
 use crate::changes::{
-    decode_payload, fields_equal, is_projected_field_value, read_record, read_record_ascii, Entries, Field, Image, Op,
+    decode_payload, fields_equal, is_projected_field_value, read_record, read_record_raw, Entries, Field, Image, Op,
     Record, RowChange,
 };
 use crate::error::{Error, Result};
@@ -415,7 +415,7 @@ fn run(
             batch.stats.max_source_ts_ms = ts;
         }
         let text;
-        let record = match read_record_ascii(row.payload, capture_images) {
+        let record = match read_record_raw(row.payload, capture_images) {
             Some(record) => record,
             None => {
                 text = decode_payload(row.payload);
