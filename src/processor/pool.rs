@@ -3,9 +3,7 @@
 
 use std::sync::OnceLock;
 
-use super::{
-    process_chunks, process_row_refs, process_rows, ProcessRequest, ProcessResult, Row, RowBuffer, TemplateRow,
-};
+use super::{process_chunks, ProcessRequest, ProcessResult, RowBuffer, TemplateRow};
 use crate::error::catch_panic;
 use crate::store::Reply;
 
@@ -32,20 +30,11 @@ pub fn spawn<T: Send + 'static>(job: impl FnOnce() -> crate::Result<T> + Send + 
     pool().spawn(move || reply(catch_panic(job)));
 }
 
-/// Processes one batch on the pool. The rows are freed after the reply, so the caller does not
-/// wait for that.
-pub fn process(request: ProcessRequest, rows: Vec<Row>, templates: Vec<TemplateRow>, reply: Reply<ProcessResult>) {
-    pool().spawn(move || {
-        reply(catch_panic(|| process_rows(&request, &rows, &templates)));
-        drop((rows, templates));
-    });
-}
-
-/// [`process`] for rows that arrive in chunks while the batch runs (`count` rows in all, for
-/// reserving): the batch takes each chunk as it comes ([`process_chunks`]) and ends when the
-/// sender is dropped. The pool thread waits for chunks, so the sender must never wait for the
-/// pool (the channel is unbounded, and its senders — the JS thread reading `processRows`'
-/// rows, a store reader — only read and send), or a full pool could deadlock.
+/// Processes one batch on the pool, its rows arriving in chunks while it runs (`count` rows
+/// in all, for reserving): the batch takes each chunk as it comes ([`process_chunks`]) and
+/// ends when the sender is dropped. The pool thread waits for chunks, so the sender must
+/// never wait for the pool (the channel is unbounded, and its senders — the JS thread reading
+/// `processRows`' rows, a store reader — only read and send), or a full pool could deadlock.
 pub fn process_stream(
     request: ProcessRequest,
     count: usize,
@@ -59,24 +48,25 @@ pub fn process_stream(
     });
 }
 
-/// [`process`] for rows in one buffer.
-pub fn process_buffer(
-    request: ProcessRequest,
-    rows: RowBuffer,
-    templates: Vec<TemplateRow>,
-    reply: Reply<ProcessResult>,
-) {
-    pool().spawn(move || {
-        reply(catch_panic(|| process_row_refs(&request, rows.len(), rows.iter(), &templates)));
-        drop((rows, templates));
-    });
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::processor::batch::tests::{p17_request, p17_rows, p17_template};
+    use crate::processor::{process_rows, Row};
     use crate::store::blocking;
+
+    /// `rows` as chunks of `per_chunk` rows, sent before the batch starts.
+    fn stream(request: ProcessRequest, rows: &[Row], per_chunk: usize, reply: Reply<ProcessResult>) {
+        let (chunks, received) = std::sync::mpsc::channel();
+        for part in rows.chunks(per_chunk) {
+            let mut chunk = RowBuffer::default();
+            for r in part {
+                chunk.push(r.offset, r.ts_ms, &r.payload);
+            }
+            chunks.send(Ok(chunk)).unwrap();
+        }
+        process_stream(request, rows.len(), vec![p17_template()], received, reply);
+    }
 
     #[test]
     fn batches_run_in_parallel_and_fail_alone() {
@@ -87,7 +77,7 @@ mod tests {
             if i == 3 {
                 req.touch.on_missing_before = crate::spec::OnMissingBefore::Error;
             }
-            process(req, p17_rows(), vec![p17_template()], Box::new(move |r| tx.send((i, r)).unwrap()));
+            stream(req, &p17_rows(), 8, Box::new(move |r| tx.send((i, r)).unwrap()));
         }
         drop(tx);
         let mut results: Vec<_> = rx.iter().collect();
@@ -103,32 +93,21 @@ mod tests {
     }
 
     #[test]
-    fn rows_in_one_buffer_give_the_same_batch() {
+    fn rows_in_chunks_give_the_same_batch() {
         let rows = p17_rows();
-        let mut ends = Vec::new();
-        let mut bytes = Vec::new();
-        for r in &rows {
-            bytes.extend_from_slice(&r.payload);
-            ends.push(bytes.len());
-        }
-        let buffer = RowBuffer::new(
-            rows.iter().map(|r| r.offset).collect(),
-            rows.iter().map(|r| r.ts_ms).collect(),
-            ends,
-            bytes,
-        )
-        .unwrap();
-        let from_rows = blocking(|reply| process(p17_request(), rows, vec![p17_template()], reply)).unwrap();
-        let from_buffer = blocking(|reply| process_buffer(p17_request(), buffer, vec![p17_template()], reply)).unwrap();
+        let from_rows = process_rows(&p17_request(), &rows, &[p17_template()]).unwrap();
         assert_eq!(from_rows.touches.len(), 10);
-        assert_eq!(from_buffer, from_rows);
+        for per_chunk in [1, 3, 8] {
+            let streamed = blocking(|reply| stream(p17_request(), &rows, per_chunk, reply)).unwrap();
+            assert_eq!(streamed, from_rows, "{per_chunk} rows per chunk");
+        }
     }
 
     #[test]
     fn a_panic_rejects_only_its_batch() {
         let r: crate::Result<()> = blocking(|reply| spawn(|| panic!("boom"), reply));
         assert_eq!(r.unwrap_err().code(), "ERR_INTERNAL");
-        let ok = blocking(|reply| process(p17_request(), p17_rows(), vec![p17_template()], reply)).unwrap();
+        let ok = blocking(|reply| stream(p17_request(), &p17_rows(), 8, reply)).unwrap();
         assert_eq!(ok.processed_through, 7);
     }
 }
