@@ -2,10 +2,10 @@
 //! SQLite returns them, B23) and the WAL rows of the range up to the batch limits (S10, P4),
 //! then processing on the pool. This is what `TouchEngine.processBatch` runs.
 
-use rusqlite::types::ValueRef;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection};
 
 use super::{pool, ProcessRequest, ProcessResult, RowBuffer, TemplateRow};
@@ -103,7 +103,7 @@ pub fn read_batch_chunks(
             return Ok(());
         }
     }
-    if !chunk.is_empty() || count == 0.0 {
+    if !chunk.is_empty() {
         send(chunk);
     }
     Ok(())
