@@ -34,6 +34,7 @@ fn main() {
         args.iter().position(|a| a == "--runs").and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(3);
     // `--only coarse|fine|hot|rich` runs one workload (for profiling).
     let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
     let text = std::fs::read_to_string(path).expect("read workload");
     let all_rows: Vec<Row> = text
         .lines()
@@ -63,14 +64,17 @@ fn main() {
         .collect();
     // "rich": B2's settings on the same records with `Zoë "x" ` (escaped quotes, a two-byte
     // character) at the start of each title, as text fields often hold.
-    let rich_rows: Vec<Row> = all_rows
-        .iter()
-        .take(if only.as_deref().is_none_or(|o| o == "rich") { usize::MAX } else { 0 })
-        .map(|r| {
-            let text = String::from_utf8_lossy(&r.payload).replacen(r#""title":""#, r#""title":"Zoë \"x\" "#, 1);
-            Row { payload: text.into_bytes(), ..r.clone() }
-        })
-        .collect();
+    let rich_rows: Vec<Row> = if !wanted("rich") {
+        Vec::new()
+    } else {
+        all_rows
+            .iter()
+            .map(|r| {
+                let text = String::from_utf8_lossy(&r.payload).replacen(r#""title":""#, r#""title":"Zoë \"x\" "#, 1);
+                Row { payload: text.into_bytes(), ..r.clone() }
+            })
+            .collect()
+    };
     let workloads = [
         ("coarse", false, &all_rows[..]),
         ("rich", false, &rich_rows[..]),
@@ -78,7 +82,7 @@ fn main() {
         ("hot", true, &hot_rows[..]),
     ];
     for (name, fine, rows) in workloads {
-        if only.as_deref().is_some_and(|o| o != name) {
+        if !wanted(name) {
             continue;
         }
         let n = rows.len();
