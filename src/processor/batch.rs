@@ -213,10 +213,11 @@ impl Coalescer {
     /// [`Coalescing::AtFinish`]: `pending` holds every queued touch in queue order. Sorted
     /// stably by (key id, routing key), the touches of one `Map` entry (one routing key, or
     /// one key id without one) are adjacent and in queue order, where the windows run as
-    /// `queue` would run them (each touch with its kind's window, [`Plan::window_ms`]). An entry's emitted touches come out in queue order, which is also their
-    /// emission order in the online run (closed ones in closing order, the open one last), so
-    /// a stable sort by watermark (a no-op unless an entry mixes table and template touches)
-    /// completes P11's order.
+    /// `queue` would run them (each touch with its kind's window, [`Plan::window_ms`]). An
+    /// entry's emitted touches come out in queue order, which is also their emission order in
+    /// the online run (closed ones in closing order, the open one last), so a stable sort by
+    /// watermark (a no-op unless an entry mixes table and template touches) completes P11's
+    /// order.
     fn coalesce_at_finish(&mut self, plan: &Plan) -> Vec<Touch> {
         let raw = std::mem::take(&mut self.pending);
         self.order_by_key_id(raw.iter().map(|p| p.touch.key_id));
