@@ -30,9 +30,11 @@ const runtimeIdx = argv.indexOf("--runtime");
 const runtime = runtimeIdx >= 0 ? argv[runtimeIdx + 1] : "node";
 const roundsIdx = argv.indexOf("--rounds");
 const rounds = roundsIdx >= 0 ? Math.max(1, Number(argv[roundsIdx + 1]) || 1) : 1;
-// The runner's own flags; the others (and their values) go to the benchmark scripts.
-const OWN_FLAGS = ["--compare", "--runtime", "--rounds"];
-const ownValue = (i) => argv[i - 1] === "--runtime" || argv[i - 1] === "--rounds";
+// The runner's own flags (those that take a value, then the others); the rest, and their
+// values, go to the benchmark scripts.
+const OWN_VALUED = ["--runtime", "--rounds"];
+const OWN_FLAGS = [...OWN_VALUED, "--compare"];
+const ownValue = (i) => OWN_VALUED.includes(argv[i - 1]);
 // A bare word is a benchmark name, unless it follows a flag passed through to the scripts
 // (`--runs 3`, `--only b5`) and names no benchmark: then it is that flag's value.
 const isName = (a) => a === "all" || Object.hasOwn(BENCHES, a);
