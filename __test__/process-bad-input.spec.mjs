@@ -109,8 +109,9 @@ test("a failing batch rejects only its own promise while others run in parallel"
   assert.ok(dt.processorThreads() >= 1);
 });
 
-// processRows hands rows to the batch in chunks of 2,048 while it reads the rest: a row that
-// cannot be read anywhere in the array still rejects the call, whatever the batch did first.
+// processRows hands rows to the batch in chunks (256 rows, then 512, 1,024, then 2,048 at a
+// time) while it reads the rest: a row that cannot be read anywhere in the array still rejects
+// the call, whatever the batch did first.
 test("a bad row in a later chunk rejects the batch, even one that was full or failing", async () => {
   const n = 5000;
   const good = () => rows([...Array(n)].map((_, i) => rec({ tenantId: `t${i % 7}` })));
@@ -129,11 +130,13 @@ test("a bad row in a later chunk rejects the batch, even one that was full or fa
   const updates = bad.map((r, i) => (i === 4100 ? r : { ...r, payload: Buffer.from(JSON.stringify({ type: "public.e0", key: "1", value: { tenantId: "t1" }, headers: { operation: "update" } })) }));
   await rejectsWithCode(dt.processRows(updates, strict, [TEMPLATE]), "ERR_INVALID_ARGUMENT");
   await rejectsWithCode(dt.processRows(updates.slice(0, 4000), strict, [TEMPLATE]), "ERR_PROCESSING");
-  // Offsets must ascend across chunk edges too.
-  const back = good();
-  back[2048] = { ...back[2048], offset: 2047n };
-  const b = await rejectsWithCode(dt.processRows(back, req(n, { maxRows: n }), [TEMPLATE]), "ERR_INVALID_ARGUMENT");
-  assert.equal(b.message, "rows must have strictly ascending offsets");
+  // Offsets must ascend across chunk edges too (and on either side of them).
+  for (const at of [255, 256, 257, 768, 1792, 2048, 3840]) {
+    const back = good();
+    back[at] = { ...back[at], offset: BigInt(at - 1) };
+    const b = await rejectsWithCode(dt.processRows(back, req(n, { maxRows: n }), [TEMPLATE]), "ERR_INVALID_ARGUMENT");
+    assert.equal(b.message, "rows must have strictly ascending offsets", `row ${at}`);
+  }
 });
 
 test("a chunk of string payloads in the middle reads like the Buffers it replaces", async () => {

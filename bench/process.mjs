@@ -10,7 +10,7 @@
 // key granularity and an unlimited budget. Rows are prepared before timing; each request
 // gets the rows of its range (what a host's WAL range read returns). Time includes reading
 // the rows from JS, processing and building the touch objects on the JS thread. "One thread"
-// is one batch in flight: the batch runs on one pool thread, which starts on the first 2,048
+// is one batch in flight: the batch runs on one pool thread, which starts on the first 256
 // rows while the JS thread reads the rest of them (as the reference's main thread and worker
 // are two threads). Prints one JSON line per benchmark.
 //
