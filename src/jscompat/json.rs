@@ -12,6 +12,7 @@
 //! [`Scanner`] exposes the lexer so the processor can validate a record and pick out the
 //! few members it needs without building a tree (see [`crate::changes`]).
 
+use std::cell::Cell;
 use std::collections::HashMap;
 
 use super::number::format_number;
@@ -326,17 +327,17 @@ fn special_mask(w: u64) -> u64 {
 pub struct Scanner<'a> {
     b: &'a [u8],
     pos: usize,
-    /// Open containers of [`Scanner::skip_value`] (`{` or `[`); inline for shallow values.
-    stack: smallvec::SmallVec<[u8; 32]>,
     /// Where the text's `"` bytes and special bytes are ([`index`]), for a scanner made by
     /// [`Scanner::indexed`] or [`Scanner::indexed_raw`].
     index: Option<Index>,
 }
 
-/// Two bits per byte of a text, 64 bytes per [`Block`] (inline up to 512 bytes).
+/// Two bits per byte of a text, 64 bytes per [`Block`]. The blocks' buffer is reused: a
+/// scanner hands it back when dropped ([`SPARE_BLOCKS`]), and the next index on the thread
+/// takes it, so indexing a payload neither allocates nor moves blocks around.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 struct Index {
-    blocks: smallvec::SmallVec<[Block; 8]>,
+    blocks: Vec<Block>,
     /// No special byte anywhere: every string token ends at the next quote (the usual case,
     /// with a cheaper lookup).
     plain: bool,
@@ -356,7 +357,9 @@ struct Block {
 /// to the next quote hold no special byte ends at that quote and is valid as it stands (no
 /// escape, no control character); any other is scanned byte by byte ([`Scanner::string`]).
 fn index(b: &[u8]) -> Index {
-    let mut out = smallvec::SmallVec::with_capacity(b.len().div_ceil(64));
+    let mut out = SPARE_BLOCKS.with(Cell::take);
+    out.clear();
+    out.reserve(b.len().div_ceil(64));
     let mut chunks = b.chunks_exact(64);
     let (mut high, mut special) = (0u64, 0u64);
     for chunk in &mut chunks {
@@ -387,6 +390,24 @@ fn index(b: &[u8]) -> Index {
         out.push(block);
     }
     Index { blocks: out, plain: special == 0, non_ascii: high != 0 }
+}
+
+thread_local! {
+    /// The blocks' buffer of the last indexed scanner dropped on this thread (empty when none).
+    static SPARE_BLOCKS: Cell<Vec<Block>> = const { Cell::new(Vec::new()) };
+}
+
+/// The largest blocks' buffer kept for reuse: 1 MiB of text.
+const SPARE_BLOCKS_MAX: usize = 16 * 1024;
+
+impl Drop for Scanner<'_> {
+    fn drop(&mut self) {
+        if let Some(index) = self.index.take() {
+            if index.blocks.capacity() <= SPARE_BLOCKS_MAX {
+                SPARE_BLOCKS.with(|spare| spare.set(index.blocks));
+            }
+        }
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -430,24 +451,25 @@ fn block64_bytewise(block: &[u8; 64]) -> (Block, u64) {
 
 impl<'a> Scanner<'a> {
     pub fn new(text: &'a [u8]) -> Self {
-        Scanner { b: text, pos: 0, stack: smallvec::SmallVec::new(), index: None }
+        Scanner { b: text, pos: 0, index: None }
     }
 
     /// A scanner over `text` that indexes it first ([`index`]), so that most string tokens
     /// end without a look at their bytes. Reads exactly what [`Scanner::new`] reads.
     pub fn indexed(text: &'a str) -> Self {
-        Scanner { index: Some(index(text.as_bytes())), ..Scanner::new(text.as_bytes()) }
+        Scanner { b: text.as_bytes(), pos: 0, index: Some(index(text.as_bytes())) }
     }
 
     /// [`Scanner::indexed`] over raw payload bytes that decode to themselves — all ASCII, or
     /// valid UTF-8 without a leading byte order mark (P4's `TextDecoder` drops one) — so the
     /// payload is read in place with one index; `None` for any other (decode it first).
     pub fn indexed_raw(bytes: &'a [u8]) -> Option<Self> {
-        let index = index(bytes);
-        if index.non_ascii && (bytes.starts_with(b"\xEF\xBB\xBF") || std::str::from_utf8(bytes).is_err()) {
+        let sc = Scanner { b: bytes, pos: 0, index: Some(index(bytes)) };
+        let non_ascii = sc.index.as_ref().is_some_and(|i| i.non_ascii);
+        if non_ascii && (bytes.starts_with(b"\xEF\xBB\xBF") || std::str::from_utf8(bytes).is_err()) {
             return None;
         }
-        Some(Scanner { index: Some(index), ..Scanner::new(bytes) })
+        Some(sc)
     }
 
     /// Skips JSON whitespace (space, tab, LF, CR only).
@@ -538,103 +560,23 @@ impl<'a> Scanner<'a> {
     /// The rest of a string token starting at `start` (after its opening quote), byte by byte.
     #[inline(never)]
     fn scan_string(&mut self, start: usize) -> Result<RawStr<'a>, SyntaxError> {
-        let mut escaped = false;
-        let b = self.b;
-        let mut i = self.pos;
-        loop {
-            // Find the next special byte 8 bytes at a time; the last word is padded with NULs,
-            // which stop the search at the end of the text.
-            loop {
-                let w = match b.get(i..i + 8) {
-                    Some(word) => u64::from_le_bytes(word.try_into().unwrap_or([0; 8])),
-                    None => {
-                        let mut word = [0u8; 8];
-                        let rest = b.get(i..).unwrap_or_default();
-                        word[..rest.len()].copy_from_slice(rest);
-                        u64::from_le_bytes(word)
-                    }
-                };
-                let m = special_mask(w);
-                if m != 0 {
-                    i += (m.trailing_zeros() / 8) as usize;
-                    break;
-                }
-                i += 8;
-            }
-            let Some(&c) = b.get(i) else { return Err(SyntaxError) };
-            match c {
-                b'"' => break,
-                b'\\' => {
-                    escaped = true;
-                    match b.get(i + 1) {
-                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
-                        Some(b'u') => {
-                            if b.len() < i + 6 || !b[i + 2..i + 6].iter().all(|c| c.is_ascii_hexdigit()) {
-                                return Err(SyntaxError);
-                            }
-                            i += 6;
-                        }
-                        _ => return Err(SyntaxError),
-                    }
-                }
-                0..=0x1F => return Err(SyntaxError),
-                _ => i += 1,
-            }
-        }
-        self.pos = i + 1;
-        Ok(RawStr { raw: &b[start..i], escaped })
+        let (end, escaped) = string_body(self.b, start)?;
+        self.pos = end + 1;
+        Ok(RawStr { raw: &self.b[start..end], escaped })
     }
 
     /// A number token, checked against the JSON grammar; returns its text.
     pub fn number(&mut self) -> Result<&'a str, SyntaxError> {
-        let b = self.b;
         let start = self.pos;
-        let mut i = start;
-        if b.get(i) == Some(&b'-') {
-            i += 1;
-        }
-        match b.get(i) {
-            Some(b'0') => i += 1,
-            Some(b'1'..=b'9') => {
-                while matches!(b.get(i), Some(b'0'..=b'9')) {
-                    i += 1;
-                }
-            }
-            _ => return Err(SyntaxError),
-        }
-        if b.get(i) == Some(&b'.') {
-            i += 1;
-            if !matches!(b.get(i), Some(b'0'..=b'9')) {
-                return Err(SyntaxError);
-            }
-            while matches!(b.get(i), Some(b'0'..=b'9')) {
-                i += 1;
-            }
-        }
-        if matches!(b.get(i), Some(b'e' | b'E')) {
-            i += 1;
-            if matches!(b.get(i), Some(b'+' | b'-')) {
-                i += 1;
-            }
-            if !matches!(b.get(i), Some(b'0'..=b'9')) {
-                return Err(SyntaxError);
-            }
-            while matches!(b.get(i), Some(b'0'..=b'9')) {
-                i += 1;
-            }
-        }
-        self.pos = i;
-        // The grammar above is ASCII only.
-        Ok(std::str::from_utf8(&b[start..i]).unwrap_or("0"))
+        let end = number_end(self.b, start)?;
+        self.pos = end;
+        // The grammar is ASCII only, so the token is always text.
+        Ok(std::str::from_utf8(&self.b[start..end]).unwrap_or("0"))
     }
 
     fn literal(&mut self, word: &[u8]) -> Result<(), SyntaxError> {
-        if self.b[self.pos..].starts_with(word) {
-            self.pos += word.len();
-            Ok(())
-        } else {
-            Err(SyntaxError)
-        }
+        self.pos = literal_end(self.b, self.pos, word)?;
+        Ok(())
     }
 
     /// Reads a scalar or notes a container; containers are skipped (validated) whole.
@@ -653,68 +595,240 @@ impl<'a> Scanner<'a> {
     }
 
     /// Skips one value of any depth, validating it.
+    ///
+    /// Works on a local position and keeps the open containers as bits ([`Nesting`]); a
+    /// whitespace check costs one compare where a structural byte is expected, and strings
+    /// end through the index when there is one. Reads exactly what a token-by-token walk
+    /// reads (`tests::skip_value_stepwise`, the definition the tests hold it to).
     pub fn skip_value(&mut self) -> Result<(), SyntaxError> {
-        self.stack.clear();
+        self.pos = self.skip_from(self.pos)?;
+        Ok(())
+    }
+
+    fn skip_from(&self, mut i: usize) -> Result<usize, SyntaxError> {
+        let b = self.b;
+        // The byte at `j`, or NUL past the end (NUL is never valid outside a string).
+        let at = |j: usize| b.get(j).copied().unwrap_or(0);
+        let mut open = Nesting::default();
         loop {
             // A value is expected here.
-            self.ws();
-            match self.peek() {
-                Some(b'{') => {
-                    self.pos += 1;
-                    self.ws();
-                    if self.eat(b'}') {
-                        // empty object: fall through to "after value"
+            i = skip_ws(b, i);
+            match at(i) {
+                b'{' => {
+                    i = skip_ws(b, i + 1);
+                    if at(i) == b'}' {
+                        i += 1;
                     } else {
-                        self.stack.push(b'{');
-                        self.ws();
-                        self.string()?;
-                        self.ws();
-                        self.expect(b':')?;
+                        open.push(true);
+                        i = self.member_name(i)?;
                         continue;
                     }
                 }
-                Some(b'[') => {
-                    self.pos += 1;
-                    self.ws();
-                    if !self.eat(b']') {
-                        self.stack.push(b'[');
+                b'[' => {
+                    i = skip_ws(b, i + 1);
+                    if at(i) == b']' {
+                        i += 1;
+                    } else {
+                        open.push(false);
                         continue;
                     }
                 }
-                Some(b'"') => {
-                    self.string()?;
-                }
-                Some(b't') => self.literal(b"true")?,
-                Some(b'f') => self.literal(b"false")?,
-                Some(b'n') => self.literal(b"null")?,
-                Some(b'-' | b'0'..=b'9') => {
-                    self.number()?;
-                }
+                b'"' => i = self.string_close(i + 1)? + 1,
+                b't' => i = literal_end(b, i, b"true")?,
+                b'f' => i = literal_end(b, i, b"false")?,
+                b'n' => i = literal_end(b, i, b"null")?,
+                b'-' | b'0'..=b'9' => i = number_end(b, i)?,
                 _ => return Err(SyntaxError),
             }
             // After a value: close containers or move to the next member.
             loop {
-                let Some(&top) = self.stack.last() else { return Ok(()) };
-                self.ws();
-                if self.eat(b',') {
-                    if top == b'{' {
-                        self.ws();
-                        self.string()?;
-                        self.ws();
-                        self.expect(b':')?;
+                let Some(object) = open.top() else { return Ok(i) };
+                i = skip_ws(b, i);
+                let c = at(i);
+                if c == b',' {
+                    i += 1;
+                    if object {
+                        i = self.member_name(skip_ws(b, i))?;
                     }
                     break;
                 }
-                let close = if top == b'{' { b'}' } else { b']' };
-                self.expect(close)?;
-                self.stack.pop();
+                if c != if object { b'}' } else { b']' } {
+                    return Err(SyntaxError);
+                }
+                i += 1;
+                open.pop();
             }
+        }
+    }
+
+    /// `"name"` then `:` (with whitespace around the colon) at `i`; where the value may start.
+    #[inline(always)]
+    fn member_name(&self, i: usize) -> Result<usize, SyntaxError> {
+        if self.b.get(i) != Some(&b'"') {
+            return Err(SyntaxError);
+        }
+        let i = skip_ws(self.b, self.string_close(i + 1)? + 1);
+        if self.b.get(i) != Some(&b':') {
+            return Err(SyntaxError);
+        }
+        Ok(i + 1)
+    }
+
+    /// Where the closing quote of the string token whose body starts at `start` is.
+    #[inline(always)]
+    fn string_close(&self, start: usize) -> Result<usize, SyntaxError> {
+        match self.plain_string_end(start) {
+            Some(end) => Ok(end),
+            None => string_body(self.b, start).map(|(end, _)| end),
         }
     }
 
     pub fn position(&self) -> usize {
         self.pos
     }
+}
+
+/// The open containers of [`Scanner::skip_value`], innermost last: one bit each (set for an
+/// object), 64 to a word; the words below the current one spill to a vector, which only
+/// nesting deeper than 64 allocates.
+#[derive(Default)]
+struct Nesting {
+    bits: u64,
+    depth: usize,
+    spilled: Vec<u64>,
+}
+
+impl Nesting {
+    #[inline(always)]
+    fn push(&mut self, object: bool) {
+        if self.depth.is_multiple_of(64) && self.depth > 0 {
+            self.spilled.push(self.bits);
+            self.bits = 0;
+        }
+        self.bits = (self.bits << 1) | object as u64;
+        self.depth += 1;
+    }
+
+    #[inline(always)]
+    fn pop(&mut self) {
+        self.bits >>= 1;
+        self.depth -= 1;
+        if self.depth.is_multiple_of(64) && self.depth > 0 {
+            self.bits = self.spilled.pop().unwrap_or(0);
+        }
+    }
+
+    /// Whether the innermost open container is an object; `None` when none is open.
+    #[inline(always)]
+    fn top(&self) -> Option<bool> {
+        (self.depth > 0).then_some(self.bits & 1 == 1)
+    }
+}
+
+/// The first position at or after `i` that is not JSON whitespace (space, tab, LF, CR).
+#[inline(always)]
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while let Some(&c) = b.get(i) {
+        if c > b' ' || !(c == b' ' || c == b'\n' || c == b'\r' || c == b'\t') {
+            break;
+        }
+        i += 1;
+    }
+    i
+}
+
+/// The end of `word` (`true`, `false`, `null`) at `i`.
+#[inline(always)]
+fn literal_end(b: &[u8], i: usize, word: &[u8]) -> Result<usize, SyntaxError> {
+    if b.get(i..).is_some_and(|rest| rest.starts_with(word)) {
+        Ok(i + word.len())
+    } else {
+        Err(SyntaxError)
+    }
+}
+
+/// The end of the number token at `start`, checked against the JSON grammar.
+fn number_end(b: &[u8], start: usize) -> Result<usize, SyntaxError> {
+    let digits = |mut i: usize| {
+        while matches!(b.get(i), Some(b'0'..=b'9')) {
+            i += 1;
+        }
+        i
+    };
+    let mut i = start;
+    if b.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    match b.get(i) {
+        Some(b'0') => i += 1,
+        Some(b'1'..=b'9') => i = digits(i + 1),
+        _ => return Err(SyntaxError),
+    }
+    if b.get(i) == Some(&b'.') {
+        if !matches!(b.get(i + 1), Some(b'0'..=b'9')) {
+            return Err(SyntaxError);
+        }
+        i = digits(i + 1);
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        if !matches!(b.get(i), Some(b'0'..=b'9')) {
+            return Err(SyntaxError);
+        }
+        i = digits(i);
+    }
+    Ok(i)
+}
+
+/// The body of a string token from `start` (after its opening quote), byte by byte: where its
+/// closing quote is, and whether it holds an escape.
+fn string_body(b: &[u8], start: usize) -> Result<(usize, bool), SyntaxError> {
+    let mut escaped = false;
+    let mut i = start;
+    loop {
+        // Find the next special byte 8 bytes at a time; the last word is padded with NULs,
+        // which stop the search at the end of the text.
+        loop {
+            let w = match b.get(i..i + 8) {
+                Some(word) => u64::from_le_bytes(word.try_into().unwrap_or([0; 8])),
+                None => {
+                    let mut word = [0u8; 8];
+                    let rest = b.get(i..).unwrap_or_default();
+                    word[..rest.len()].copy_from_slice(rest);
+                    u64::from_le_bytes(word)
+                }
+            };
+            let m = special_mask(w);
+            if m != 0 {
+                i += (m.trailing_zeros() / 8) as usize;
+                break;
+            }
+            i += 8;
+        }
+        let Some(&c) = b.get(i) else { return Err(SyntaxError) };
+        match c {
+            b'"' => break,
+            b'\\' => {
+                escaped = true;
+                match b.get(i + 1) {
+                    Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+                    Some(b'u') => {
+                        if b.len() < i + 6 || !b[i + 2..i + 6].iter().all(|c| c.is_ascii_hexdigit()) {
+                            return Err(SyntaxError);
+                        }
+                        i += 6;
+                    }
+                    _ => return Err(SyntaxError),
+                }
+            }
+            0..=0x1F => return Err(SyntaxError),
+            _ => i += 1,
+        }
+    }
+    Ok((i, escaped))
 }
 
 /// A member value seen by the shallow record reader.
@@ -910,9 +1024,82 @@ mod tests {
         Ok((strings, sc.position()))
     }
 
-    /// The indexed scanners read `text` exactly as the plain one does.
+    /// The definition of [`Scanner::skip_value`]: a walk token by token, with the open
+    /// containers on a byte stack (the scanner's code before it kept a local position).
+    fn skip_value_stepwise(sc: &mut Scanner<'_>) -> Result<(), SyntaxError> {
+        let mut stack = Vec::new();
+        loop {
+            sc.ws();
+            match sc.peek() {
+                Some(b'{') => {
+                    sc.pos += 1;
+                    sc.ws();
+                    if !sc.eat(b'}') {
+                        stack.push(b'{');
+                        sc.ws();
+                        sc.string()?;
+                        sc.ws();
+                        sc.expect(b':')?;
+                        continue;
+                    }
+                }
+                Some(b'[') => {
+                    sc.pos += 1;
+                    sc.ws();
+                    if !sc.eat(b']') {
+                        stack.push(b'[');
+                        continue;
+                    }
+                }
+                Some(b'"') => {
+                    sc.string()?;
+                }
+                Some(b't') => sc.literal(b"true")?,
+                Some(b'f') => sc.literal(b"false")?,
+                Some(b'n') => sc.literal(b"null")?,
+                Some(b'-' | b'0'..=b'9') => {
+                    sc.number()?;
+                }
+                _ => return Err(SyntaxError),
+            }
+            loop {
+                let Some(&top) = stack.last() else { return Ok(()) };
+                sc.ws();
+                if sc.eat(b',') {
+                    if top == b'{' {
+                        sc.ws();
+                        sc.string()?;
+                        sc.ws();
+                        sc.expect(b':')?;
+                    }
+                    break;
+                }
+                sc.expect(if top == b'{' { b'}' } else { b']' })?;
+                stack.pop();
+            }
+        }
+    }
+
+    /// [`tokens`] with [`skip_value_stepwise`] for containers.
+    fn tokens_stepwise(mut sc: Scanner<'_>) -> Result<(Vec<Vec<u8>>, usize), SyntaxError> {
+        let mut strings = Vec::new();
+        sc.ws();
+        if sc.peek() == Some(b'"') {
+            strings.push(sc.string()?.decode().into_owned());
+        } else {
+            skip_value_stepwise(&mut sc)?;
+        }
+        if !sc.at_end() {
+            return Err(SyntaxError);
+        }
+        Ok((strings, sc.position()))
+    }
+
+    /// The indexed scanners read `text` exactly as the plain one does, and all of them as
+    /// the stepwise definition does.
     fn scanners_agree(text: &str) {
         let plain = tokens(Scanner::new(text.as_bytes()));
+        assert_eq!(tokens_stepwise(Scanner::new(text.as_bytes())), plain, "stepwise: {text:?}");
         assert_eq!(tokens(Scanner::indexed(text)), plain, "{text:?}");
         match Scanner::indexed_raw(text.as_bytes()) {
             Some(sc) => assert_eq!(tokens(sc), plain, "{text:?}"),
@@ -1097,6 +1284,29 @@ mod tests {
         let text = "{\"a\":".repeat(depth) + "1" + &"}".repeat(depth);
         assert!(parse(&text).is_ok());
         assert!(parse(&text[..text.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn skipping_tracks_objects_and_arrays_past_64_levels() {
+        // Containers of both kinds in a pattern that is not periodic in 64, so that every
+        // word of skip_value's nesting bits holds a different mix; each one closed right, and
+        // with one close of the wrong kind at depths around the word edges.
+        let kinds: Vec<bool> = (0..200).map(|i| (i * 7 / 3) % 2 == 0 || i % 5 == 0).collect();
+        let close = |object: bool| if object { '}' } else { ']' };
+        for depth in [1, 63, 64, 65, 127, 128, 129, 200] {
+            let open: String = kinds[..depth].iter().map(|&o| if o { "{\"k\": " } else { "[0, " }).collect();
+            let closes: Vec<char> = kinds[..depth].iter().rev().map(|&o| close(o)).collect();
+            let good = format!("{open}true{}", closes.iter().collect::<String>());
+            scanners_agree(&good);
+            assert!(tokens(Scanner::new(good.as_bytes())).is_ok(), "depth {depth}");
+            for wrong in [0, depth / 2, depth - 1] {
+                let mut bad = closes.clone();
+                bad[wrong] = close(!kinds[depth - 1 - wrong]);
+                let bad = format!("{open}true{}", bad.iter().collect::<String>());
+                scanners_agree(&bad);
+                assert!(tokens(Scanner::new(bad.as_bytes())).is_err(), "depth {depth}, wrong close {wrong}");
+            }
+        }
     }
 
     #[test]
