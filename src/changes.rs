@@ -235,7 +235,7 @@ fn read_headers<'a>(sc: &mut Scanner<'a>) -> Result<Headers<'a>, SyntaxError> {
     }
     let mut control = None;
     let mut operation = None;
-    read_members(sc, |name, value| {
+    sc.members(|name, value| {
         if name.eq_bytes(b"control") {
             control = Some(value);
         } else if name.eq_bytes(b"operation") {
@@ -251,30 +251,8 @@ fn read_image<'a>(sc: &mut Scanner<'a>, capture: bool) -> Result<Image<'a>, Synt
         return Ok(Image::NotObject);
     }
     let mut members = Vec::with_capacity(8);
-    read_members(sc, |name, value| members.push(Member { name, value }))?;
+    sc.members(|name, value| members.push(Member { name, value }))?;
     Ok(Image::Object(members))
-}
-
-/// `{ "name": value, ... }` with scalar values (containers skipped whole).
-fn read_members<'a>(sc: &mut Scanner<'a>, mut f: impl FnMut(RawStr<'a>, Scalar<'a>)) -> Result<(), SyntaxError> {
-    sc.expect(b'{')?;
-    sc.ws();
-    if sc.eat(b'}') {
-        return Ok(());
-    }
-    loop {
-        sc.ws();
-        let name = sc.string()?;
-        sc.ws();
-        sc.expect(b':')?;
-        let value = sc.scalar()?;
-        f(name, value);
-        sc.ws();
-        if sc.eat(b',') {
-            continue;
-        }
-        return sc.expect(b'}');
-    }
 }
 
 /// A canonical change of a parsed record (C2).
@@ -393,6 +371,29 @@ mod tests {
         for bad in ["{not json", "", "{\"type\":\"t\"} x", "\u{FEFF}{}"] {
             assert_eq!(change(bad), Record::NotJson, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_record_with_any_structural_byte_replaced_is_json_exactly_when_json_parse_says_so() {
+        let record = r#"{"type":"t","key":"k","headers":{"operation":"update","txid":"1"},"value":{"a":"x","n":-1.5e3,"b":[1,{"c":true}],"z":null},"old_value":{"a":"y","e":{}}}"#;
+        let mut checked = 0;
+        for (at, c) in record.char_indices() {
+            if !matches!(c, ',' | ':' | '{' | '}' | '[' | ']' | '"') {
+                continue;
+            }
+            for with in [",", ":", "}", "]", "{", "[", "\"", ";", " ", ""] {
+                let text = format!("{}{with}{}", &record[..at], &record[at + 1..]);
+                let json = parse(&text).is_ok();
+                for capture in [true, false] {
+                    let read = read_record(&text, capture);
+                    assert_eq!(read != Record::NotJson, json, "{text} (capture {capture})");
+                    let raw = read_record_raw(text.as_bytes(), capture).unwrap();
+                    assert_eq!(raw != Record::NotJson, json, "{text} raw (capture {capture})");
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked > 400, "{checked}");
     }
 
     #[test]

@@ -594,6 +594,80 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// Reads the object at the scanner (`{` is next): calls `f` with each member's name and
+    /// value in order, containers skipped whole ([`Scanner::scalar`]'s values), and moves
+    /// past the object. Works on a local position, as [`Scanner::skip_value`] does.
+    pub fn members(&mut self, mut f: impl FnMut(RawStr<'a>, Scalar<'a>)) -> Result<(), SyntaxError> {
+        let b = self.b;
+        let at = |j: usize| b.get(j).copied().unwrap_or(0);
+        if at(self.pos) != b'{' {
+            return Err(SyntaxError);
+        }
+        let mut i = skip_ws(b, self.pos + 1);
+        if at(i) == b'}' {
+            self.pos = i + 1;
+            return Ok(());
+        }
+        loop {
+            let (name, after) = self.member_name_str(skip_ws(b, i))?;
+            let (value, after) = self.scalar_at(skip_ws(b, after))?;
+            f(name, value);
+            i = skip_ws(b, after);
+            match at(i) {
+                b',' => i += 1,
+                b'}' => {
+                    self.pos = i + 1;
+                    return Ok(());
+                }
+                _ => return Err(SyntaxError),
+            }
+        }
+    }
+
+    /// `"name"` then `:` at `i`: the name, and where its value may start.
+    #[inline(always)]
+    fn member_name_str(&self, i: usize) -> Result<(RawStr<'a>, usize), SyntaxError> {
+        if self.b.get(i) != Some(&b'"') {
+            return Err(SyntaxError);
+        }
+        let (name, after) = self.string_at(i + 1)?;
+        let i = skip_ws(self.b, after);
+        if self.b.get(i) != Some(&b':') {
+            return Err(SyntaxError);
+        }
+        Ok((name, i + 1))
+    }
+
+    /// The string token whose body starts at `start`, and the position after it.
+    #[inline(always)]
+    fn string_at(&self, start: usize) -> Result<(RawStr<'a>, usize), SyntaxError> {
+        let (end, escaped) = match self.plain_string_end(start) {
+            Some(end) => (end, false),
+            None => string_body(self.b, start)?,
+        };
+        Ok((RawStr { raw: &self.b[start..end], escaped }, end + 1))
+    }
+
+    /// The value at `i` (no whitespace before it) as [`Scalar`], and the position after it.
+    #[inline(always)]
+    fn scalar_at(&self, i: usize) -> Result<(Scalar<'a>, usize), SyntaxError> {
+        let b = self.b;
+        match b.get(i).copied().unwrap_or(0) {
+            b'"' => self.string_at(i + 1).map(|(s, end)| (Scalar::String(s), end)),
+            b't' => literal_end(b, i, b"true").map(|end| (Scalar::Bool(true), end)),
+            b'f' => literal_end(b, i, b"false").map(|end| (Scalar::Bool(false), end)),
+            b'n' => literal_end(b, i, b"null").map(|end| (Scalar::Null, end)),
+            b'{' => self.skip_from(i).map(|end| (Scalar::Object, end)),
+            b'[' => self.skip_from(i).map(|end| (Scalar::Array, end)),
+            b'-' | b'0'..=b'9' => {
+                let end = number_end(b, i)?;
+                // The grammar is ASCII only, so the token is always text.
+                Ok((Scalar::Number(std::str::from_utf8(&b[i..end]).unwrap_or("0")), end))
+            }
+            _ => Err(SyntaxError),
+        }
+    }
+
     /// Skips one value of any depth, validating it.
     ///
     /// Works on a local position and keeps the open containers as bits ([`Nesting`]); a
@@ -785,6 +859,7 @@ fn number_end(b: &[u8], start: usize) -> Result<usize, SyntaxError> {
 
 /// The body of a string token from `start` (after its opening quote), byte by byte: where its
 /// closing quote is, and whether it holds an escape.
+#[inline(never)]
 fn string_body(b: &[u8], start: usize) -> Result<(usize, bool), SyntaxError> {
     let mut escaped = false;
     let mut i = start;
