@@ -362,12 +362,13 @@ fn index(b: &[u8]) -> Index {
     out.reserve(b.len().div_ceil(64));
     let mut chunks = b.chunks_exact(64);
     let (mut high, mut special) = (0u64, 0u64);
-    for chunk in &mut chunks {
+    // `extend` over an exact-size iterator writes the blocks without a capacity check each.
+    out.extend(chunks.by_ref().map(|chunk| {
         let (block, h) = block64(chunk.try_into().unwrap_or(&[0; 64]));
         high |= h;
         special |= block.special;
-        out.push(block);
-    }
+        block
+    }));
     let rest = chunks.remainder().len();
     if rest > 0 {
         // The last 64 bytes, shifted so that only the `rest` not yet seen remain; a text
