@@ -737,6 +737,8 @@ impl<'a> Scanner<'a> {
     }
 
     /// `"name"` then `:` (with whitespace around the colon) at `i`; where the value may start.
+    /// ([`Scanner::member_name_str`] without the name, whose escape flag `skip_value` would
+    /// pay for on every member.)
     #[inline(always)]
     fn member_name(&self, i: usize) -> Result<usize, SyntaxError> {
         if self.b.get(i) != Some(&b'"') {
