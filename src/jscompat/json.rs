@@ -476,13 +476,7 @@ impl<'a> Scanner<'a> {
     /// Skips JSON whitespace (space, tab, LF, CR only).
     #[inline]
     pub fn ws(&mut self) {
-        while let Some(&c) = self.b.get(self.pos) {
-            if c == b' ' || c == b'\n' || c == b'\r' || c == b'\t' {
-                self.pos += 1;
-            } else {
-                break;
-            }
-        }
+        self.pos = skip_ws(self.b, self.pos);
     }
 
     #[inline]
@@ -518,12 +512,9 @@ impl<'a> Scanner<'a> {
     #[inline(always)]
     pub fn string(&mut self) -> Result<RawStr<'a>, SyntaxError> {
         self.expect(b'"')?;
-        let start = self.pos;
-        if let Some(end) = self.plain_string_end(start) {
-            self.pos = end + 1;
-            return Ok(RawStr { raw: &self.b[start..end], escaped: false });
-        }
-        self.scan_string(start)
+        let (s, end) = self.string_at(self.pos)?;
+        self.pos = end;
+        Ok(s)
     }
 
     /// Where the string token whose body starts at `start` ends, when the index shows that its
@@ -558,14 +549,6 @@ impl<'a> Scanner<'a> {
         Some(w * 64 + quotes.trailing_zeros() as usize)
     }
 
-    /// The rest of a string token starting at `start` (after its opening quote), byte by byte.
-    #[inline(never)]
-    fn scan_string(&mut self, start: usize) -> Result<RawStr<'a>, SyntaxError> {
-        let (end, escaped) = string_body(self.b, start)?;
-        self.pos = end + 1;
-        Ok(RawStr { raw: &self.b[start..end], escaped })
-    }
-
     /// A number token, checked against the JSON grammar; returns its text.
     pub fn number(&mut self) -> Result<&'a str, SyntaxError> {
         let start = self.pos;
@@ -583,16 +566,9 @@ impl<'a> Scanner<'a> {
     /// Reads a scalar or notes a container; containers are skipped (validated) whole.
     pub fn scalar(&mut self) -> Result<Scalar<'a>, SyntaxError> {
         self.ws();
-        match self.peek() {
-            Some(b'"') => Ok(Scalar::String(self.string()?)),
-            Some(b't') => self.literal(b"true").map(|_| Scalar::Bool(true)),
-            Some(b'f') => self.literal(b"false").map(|_| Scalar::Bool(false)),
-            Some(b'n') => self.literal(b"null").map(|_| Scalar::Null),
-            Some(b'{') => self.skip_value().map(|_| Scalar::Object),
-            Some(b'[') => self.skip_value().map(|_| Scalar::Array),
-            Some(b'-' | b'0'..=b'9') => Ok(Scalar::Number(self.number()?)),
-            _ => Err(SyntaxError),
-        }
+        let (value, end) = self.scalar_at(self.pos)?;
+        self.pos = end;
+        Ok(value)
     }
 
     /// Reads the object at the scanner (`{` is next): calls `f` with each member's name and
@@ -1088,13 +1064,21 @@ mod tests {
     /// What a scanner reads from `text` as one value: the string bodies it decoded (a
     /// top-level string, or none: skip_value validates containers whole) and where it ended,
     /// or the error.
-    fn tokens(mut sc: Scanner<'_>) -> Result<(Vec<Vec<u8>>, usize), SyntaxError> {
+    fn tokens(sc: Scanner<'_>) -> Result<(Vec<Vec<u8>>, usize), SyntaxError> {
+        tokens_skipping(sc, |sc| sc.skip_value())
+    }
+
+    /// [`tokens`] with `skip` for containers.
+    fn tokens_skipping(
+        mut sc: Scanner<'_>,
+        skip: fn(&mut Scanner<'_>) -> Result<(), SyntaxError>,
+    ) -> Result<(Vec<Vec<u8>>, usize), SyntaxError> {
         let mut strings = Vec::new();
         sc.ws();
         if sc.peek() == Some(b'"') {
             strings.push(sc.string()?.decode().into_owned());
         } else {
-            sc.skip_value()?;
+            skip(&mut sc)?;
         }
         if !sc.at_end() {
             return Err(SyntaxError);
@@ -1158,26 +1142,11 @@ mod tests {
         }
     }
 
-    /// [`tokens`] with [`skip_value_stepwise`] for containers.
-    fn tokens_stepwise(mut sc: Scanner<'_>) -> Result<(Vec<Vec<u8>>, usize), SyntaxError> {
-        let mut strings = Vec::new();
-        sc.ws();
-        if sc.peek() == Some(b'"') {
-            strings.push(sc.string()?.decode().into_owned());
-        } else {
-            skip_value_stepwise(&mut sc)?;
-        }
-        if !sc.at_end() {
-            return Err(SyntaxError);
-        }
-        Ok((strings, sc.position()))
-    }
-
     /// The indexed scanners read `text` exactly as the plain one does, and all of them as
     /// the stepwise definition does.
     fn scanners_agree(text: &str) {
         let plain = tokens(Scanner::new(text.as_bytes()));
-        assert_eq!(tokens_stepwise(Scanner::new(text.as_bytes())), plain, "stepwise: {text:?}");
+        assert_eq!(tokens_skipping(Scanner::new(text.as_bytes()), skip_value_stepwise), plain, "stepwise: {text:?}");
         assert_eq!(tokens(Scanner::indexed(text)), plain, "{text:?}");
         match Scanner::indexed_raw(text.as_bytes()) {
             Some(sc) => assert_eq!(tokens(sc), plain, "{text:?}"),
