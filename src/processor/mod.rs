@@ -59,6 +59,17 @@ pub struct RowBuffer {
     bytes: Vec<u8>,
 }
 
+/// The rows, their payloads copied into one buffer.
+impl<'r> FromIterator<&'r Row> for RowBuffer {
+    fn from_iter<I: IntoIterator<Item = &'r Row>>(rows: I) -> RowBuffer {
+        let mut out = RowBuffer::default();
+        for r in rows {
+            out.push(r.offset, r.ts_ms, &r.payload);
+        }
+        out
+    }
+}
+
 impl RowBuffer {
     /// `None` unless the three columns have the same length and `ends` ascend within `bytes`.
     pub fn new(offsets: Vec<i64>, ts_ms: Vec<f64>, ends: Vec<usize>, bytes: Vec<u8>) -> Option<RowBuffer> {

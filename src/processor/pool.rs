@@ -59,11 +59,7 @@ mod tests {
     fn stream(request: ProcessRequest, rows: &[Row], per_chunk: usize, reply: Reply<ProcessResult>) {
         let (chunks, received) = std::sync::mpsc::channel();
         for part in rows.chunks(per_chunk) {
-            let mut chunk = RowBuffer::default();
-            for r in part {
-                chunk.push(r.offset, r.ts_ms, &r.payload);
-            }
-            chunks.send(Ok(chunk)).unwrap();
+            chunks.send(Ok(part.iter().collect())).unwrap();
         }
         process_stream(request, rows.len(), vec![p17_template()], received, reply);
     }

@@ -253,11 +253,7 @@ fn chunked(rows: &[Row], cuts: &[usize]) -> Vec<Result<RowBuffer>> {
     let mut out = Vec::new();
     let mut start = 0;
     for &end in cuts.iter().chain([&rows.len()]) {
-        let mut chunk = RowBuffer::default();
-        for r in &rows[start..end] {
-            chunk.push(r.offset, r.ts_ms, &r.payload);
-        }
-        out.push(Ok(chunk));
+        out.push(Ok(rows[start..end].iter().collect()));
         start = end;
     }
     out
