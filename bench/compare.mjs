@@ -56,6 +56,10 @@ export const BENCHES = {
       ["coarse rows/s, native core one thread vs one worker", "B2-process-coarse", "results.native.medianRowsPerSec", "B2-process-coarse", "results.medianRowsPerSec", "higher"],
       ["coarse rows/s, native core all cores vs one worker", "B2-process-coarse", "results.native.allCores.medianRowsPerSec", "B2-process-coarse", "results.medianRowsPerSec", "higher"],
       ["fine rows/s, native core one thread vs one worker", "B3-process-fine", "results.native.medianRowsPerSec", "B3-process-fine", "results.medianRowsPerSec", "higher"],
+      // Not a measurement of ours: rows over the time JS takes to allocate the touch objects
+      // alone (bench/process.mjs objectFloor), the ceiling of the default output's ratio.
+      ["coarse rows/s, object-allocation ceiling vs one worker", "B2-process-coarse", "results.objectFloor.rowsPerSecCeiling", "B2-process-coarse", "results.medianRowsPerSec", "higher"],
+      ["fine rows/s, object-allocation ceiling vs one worker", "B3-process-fine", "results.objectFloor.rowsPerSecCeiling", "B3-process-fine", "results.medianRowsPerSec", "higher"],
       ["fine rows/s, native core all cores vs one worker", "B3-process-fine", "results.native.allCores.medianRowsPerSec", "B3-process-fine", "results.medianRowsPerSec", "higher"],
     ],
   },

@@ -19,6 +19,10 @@
 // `output: "packed"` (the same touches as typed arrays, `results.packed`). Each pass folds the
 // results into counters; the packed pass reads `packed.count` and never builds objects.
 //
+// `results.objectFloor` times what no implementation of the default output avoids: allocating
+// the touch objects of the pass in JS (with their strings made beforehand), so rows divided by
+// it is a ceiling on the objects output's rows/s in this runtime, whatever the processing costs.
+//
 // `results.storeBacked` runs the same batches through `TouchEngine.processBatch`, which reads
 // the rows and the active templates from the native Store (SQLite), as the reference's worker
 // reads its SQLite (a store reader thread reads while one pool thread processes, chunk by
@@ -127,6 +131,59 @@ function nativeRates() {
   } finally {
     rmSync(file, { force: true });
   }
+}
+
+/** The floor under the default output: the time to allocate the touch objects alone, for the
+ *  batches of one pass, with every value they hold made beforehand (strings interned, so a
+ *  repeated routing key or watermark is one string) and no native call. Whatever builds
+ *  them, the objects output cannot run faster than this. */
+async function objectFloor(rows, base, templates) {
+  const batches = [];
+  const intern = new Map();
+  const one = (v) => {
+    if (v === undefined) return v;
+    let s = intern.get(v);
+    if (s === undefined) intern.set(v, (s = v));
+    return s;
+  };
+  for (let f = 0; f < rows.length; f += BATCH) {
+    const r = await dt.processRows(rows.slice(f, f + BATCH), { ...base, output: "packed", fromOffset: BigInt(f), toOffset: BigInt(rows.length - 1) }, templates);
+    const ts = unpackTouches(r.packed);
+    batches.push({
+      n: ts.length,
+      keyIds: r.packed.keyIds,
+      routingKey: ts.map((t) => one(t.routingKey)),
+      watermark: ts.map((t) => one(t.watermark)),
+      entity: ts.map((t) => one(t.entity)),
+      kind: ts.map((t) => one(t.kind)),
+      templateId: ts.map((t) => one(t.templateId)),
+    });
+  }
+  const touches = batches.reduce((a, b) => a + b.n, 0);
+  const timed = () => {
+    let table = 0;
+    const t0 = performance.now();
+    for (const b of batches) {
+      const out = new Array(b.n);
+      for (let i = 0; i < b.n; i++) {
+        out[i] = { keyId: b.keyIds[i], routingKey: b.routingKey[i], watermark: b.watermark[i], entity: b.entity[i], kind: b.kind[i], templateId: b.templateId[i] };
+      }
+      for (const t of out) table += t.kind === "table" ? 1 : 0;
+    }
+    if (table > touches) throw new Error("unreachable");
+    return (performance.now() - t0) / 1000;
+  };
+  timed(); // warm-up
+  const seconds = [];
+  for (let i = 0; i < RUNS; i++) seconds.push(timed());
+  const s = median(seconds);
+  log(`objects floor: ${round(s * 1000, 1)} ms to allocate ${touches} touch objects (runs: ${seconds.map((x) => round(x * 1000, 1)).join(", ")} ms)`);
+  return {
+    driver: "pure JS: new Array(n) and one 6-property object per touch from prepared values (no native call, no string made), the fold of the passes",
+    touches,
+    medianSeconds: round(s, 4),
+    rowsPerSecCeiling: round(rows.length / s),
+  };
 }
 
 /** Store-backed passes: TouchEngine.processBatch over a WAL of the same rows. */
@@ -249,6 +306,7 @@ async function bench(name, n, kind, templates, native) {
     },
   };
   line.results.packed = { output: "packed", ...summary(singlePacked, multiPacked) };
+  line.results.objectFloor = await objectFloor(rows, base, templates);
   const fromStore = await storeBacked(rows, kind, base);
   if (fromStore) {
     for (const p of [...fromStore.objects, ...fromStore.packed]) {
