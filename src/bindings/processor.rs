@@ -249,8 +249,9 @@ fn read_chunk(env: &Env, rows: Js, start: u32, end: u32) -> Result<RowBuffer> {
             start
         })
         .collect();
-    RowBuffer::new(offsets, ts, ends, all[..start].to_vec())
-        .ok_or_else(|| Error::Internal("rows were packed inconsistently".into()))
+    let mut payloads = crate::processor::spare_bytes(start);
+    payloads.extend_from_slice(&all[..start]);
+    RowBuffer::new(offsets, ts, ends, payloads).ok_or_else(|| Error::Internal("rows were packed inconsistently".into()))
 }
 
 fn read_chunk_slowly(rows: Js, start: u32, end: u32) -> Result<RowBuffer> {

@@ -51,6 +51,9 @@ pub struct RowRef<'a> {
 
 /// Rows with all payloads in one buffer (one allocation for a whole batch instead of one per
 /// row): row `i` is `offsets[i]`, `ts_ms[i]` and `bytes[ends[i - 1]..ends[i]]`.
+///
+/// The payload buffer is recycled: a dropped `RowBuffer` leaves it to the next one made with
+/// [`RowBuffer::with_spare_bytes`] or [`spare_bytes`] (see [`Spares`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RowBuffer {
     offsets: Vec<i64>,
@@ -70,7 +73,63 @@ impl<'r> FromIterator<&'r Row> for RowBuffer {
     }
 }
 
+/// Payload buffers kept for reuse. A chunk's payloads are about a megabyte: allocated fresh,
+/// glibc maps new pages for them (a page fault and a zeroed page per 4 KiB, on the thread
+/// that reads the chunk) and unmaps them when the pool thread drops the chunk. Reused, the
+/// copy writes into pages already mapped. At most `count` buffers of at most `max_bytes`
+/// each are kept.
+pub(crate) struct Spares {
+    buffers: parking_lot::Mutex<Vec<Vec<u8>>>,
+    count: usize,
+    max_bytes: usize,
+}
+
+impl Spares {
+    pub(crate) const fn new(count: usize, max_bytes: usize) -> Spares {
+        Spares { buffers: parking_lot::Mutex::new(Vec::new()), count, max_bytes }
+    }
+
+    /// Keeps `bytes` for reuse, unless it is empty, too big, or enough are kept.
+    pub(crate) fn put(&self, bytes: Vec<u8>) {
+        if bytes.capacity() == 0 || bytes.capacity() > self.max_bytes {
+            return;
+        }
+        let mut buffers = self.buffers.lock();
+        if buffers.len() < self.count {
+            buffers.push(bytes);
+        }
+    }
+
+    /// An empty buffer with room for `len` bytes: a kept one if there is one.
+    pub(crate) fn take(&self, len: usize) -> Vec<u8> {
+        let mut bytes = self.buffers.lock().pop().unwrap_or_default();
+        bytes.clear();
+        bytes.reserve(len);
+        bytes
+    }
+}
+
+/// The payload buffers of dropped [`RowBuffer`]s (4 of up to 16 MiB).
+static SPARE_BYTES: Spares = Spares::new(4, 16 << 20);
+
+impl Drop for RowBuffer {
+    fn drop(&mut self) {
+        SPARE_BYTES.put(std::mem::take(&mut self.bytes));
+    }
+}
+
+/// An empty payload buffer with room for `len` bytes, for a [`RowBuffer`]: a dropped
+/// `RowBuffer`'s if one is kept.
+pub fn spare_bytes(len: usize) -> Vec<u8> {
+    SPARE_BYTES.take(len)
+}
+
 impl RowBuffer {
+    /// An empty buffer whose payload buffer is a spare one (see [`spare_bytes`]).
+    pub fn with_spare_bytes() -> RowBuffer {
+        RowBuffer { offsets: Vec::new(), ts_ms: Vec::new(), ends: Vec::new(), bytes: spare_bytes(0) }
+    }
+
     /// `None` unless the three columns have the same length and `ends` ascend within `bytes`.
     pub fn new(offsets: Vec<i64>, ts_ms: Vec<f64>, ends: Vec<usize>, bytes: Vec<u8>) -> Option<RowBuffer> {
         let ok = offsets.len() == ts_ms.len()
@@ -419,6 +478,41 @@ impl ProcessResult {
 #[cfg(test)]
 mod row_buffer_tests {
     use super::*;
+
+    #[test]
+    fn spare_buffers_come_back_empty_with_their_room_and_only_a_few_are_kept() {
+        let spares = Spares::new(2, 1024);
+        let mut a = Vec::with_capacity(512);
+        a.extend_from_slice(b"payload");
+        let a_ptr = a.as_ptr();
+        spares.put(a);
+        let again = spares.take(100);
+        assert!(again.is_empty());
+        assert_eq!(again.as_ptr(), a_ptr, "the kept buffer is the one handed out");
+        assert!(again.capacity() >= 512);
+        // Too big, or empty: not kept.
+        spares.put(Vec::with_capacity(2048));
+        spares.put(Vec::new());
+        assert_eq!(spares.take(0).capacity(), 0);
+        // At most `count` are kept; a taken one has room for what was asked.
+        for _ in 0..3 {
+            spares.put(Vec::with_capacity(64));
+        }
+        assert_eq!(spares.buffers.lock().len(), 2);
+        assert!(spares.take(4096).capacity() >= 4096);
+    }
+
+    #[test]
+    fn a_dropped_row_buffer_leaves_its_rows_behind() {
+        let mut b = RowBuffer::with_spare_bytes();
+        b.push(1, 0.0, b"first");
+        drop(b);
+        // Whatever buffer comes next (this one or another test's), it starts empty.
+        let mut c = RowBuffer::with_spare_bytes();
+        assert!(c.is_empty());
+        c.push(2, 0.0, b"x");
+        assert_eq!(c.iter().map(|r| r.payload).collect::<Vec<_>>(), vec![&b"x"[..]]);
+    }
 
     #[test]
     fn a_row_buffer_yields_its_rows() {

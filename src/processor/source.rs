@@ -80,7 +80,7 @@ pub fn read_batch_chunks(
         "SELECT offset, ts_ms, payload FROM wal WHERE stream = ?1 AND offset >= ?2 AND offset <= ?3 ORDER BY offset ASC",
     )?;
     let mut rows = stmt.query(params![request.stream, request.from_offset, request.to_offset])?;
-    let mut chunk = RowBuffer::default();
+    let mut chunk = RowBuffer::with_spare_bytes();
     let (mut count, mut bytes) = (0f64, 0f64);
     while let Some(r) = rows.next()? {
         let payload: &[u8] = match r.get_ref(2)? {
@@ -99,7 +99,7 @@ pub fn read_batch_chunks(
             _ => f64::NAN,
         };
         chunk.push(r.get(0)?, ts_ms, payload);
-        if chunk.len() >= chunk_rows && !send(std::mem::take(&mut chunk)) {
+        if chunk.len() >= chunk_rows && !send(std::mem::replace(&mut chunk, RowBuffer::with_spare_bytes())) {
             return Ok(());
         }
     }
