@@ -58,7 +58,7 @@ function compare(name, mine, theirs, mismatches) {
 test("P17: the nine reference scenarios give identical results", async () => {
   const reqs = p17Requests();
   const scenario = { rows: P17_ROWS, templates: [P17_TEMPLATE], requests: Object.values(reqs) };
-  const [expected] = await runReference("process", forReference([scenario]), { retries: 2 });
+  const [expected] = await runReference("process", forReference([scenario]), { retries: 4 });
   const mine = await ours(scenario, 0);
   const mismatches = [];
   Object.keys(reqs).forEach((name, i) => compare(name, mine[i], expected[i], mismatches));
@@ -84,7 +84,7 @@ test("random workloads with malformed records match the reference request by req
     const requests = [...Array(5)].map(() => randomRequest(r, n, templates.map((t) => t.templateId)));
     scenarios.push({ rows, templates, requests });
   }
-  const expected = await runReference("process", forReference(scenarios), { retries: 2 });
+  const expected = await runReference("process", forReference(scenarios), { retries: 4 });
   const mismatches = [];
   let compared = 0;
   let touches = 0;

@@ -29,6 +29,8 @@ export async function runReference(name, input = {}, { env = {}, retries = 0 } =
       return await runReferenceOnce(name, input, { env });
     } catch (e) {
       if (attempt >= retries || !e.crashed) throw e;
+      // The crashes come in bursts (three in a row in one CI-like run): let the machine settle.
+      await new Promise((r) => setTimeout(r, 250 * (attempt + 1)));
     }
   }
 }
