@@ -149,3 +149,17 @@ test("a chunk of string payloads in the middle reads like the Buffers it replace
   assert.equal(a.stats.rowsRead, n);
   assert.ok(a.touches.length > 11, `${a.touches.length} touches`);
 });
+
+test("a batch reads the same after a bigger one (the row columns are reused between calls)", async () => {
+  const options = (n) => req(n, { maxRows: n, profile: { kind: "state-protocol", touch: { enabled: true, touchCoalesceWindowMs: 0 } } });
+  const small = rows([...Array(300)].map((_, i) => rec({ tenantId: `s${i % 7}` })));
+  const before = await dt.processRows(small, options(small.length), [TEMPLATE]);
+  // 5,000 rows with other offsets, times and tenants fill the columns past the small batch.
+  const big = [...Array(5000)].map((_, i) => ({ offset: BigInt(10_000 + i), tsMs: 900_000 + i, payload: Buffer.from(rec({ tenantId: `b${i % 13}`, pad: "x".repeat(i % 50) })) }));
+  const bigResult = await dt.processRows(big, { ...options(big.length), fromOffset: 10_000n, toOffset: 14_999n }, [TEMPLATE]);
+  assert.equal(bigResult.stats.rowsRead, 5000);
+  const after = await dt.processRows(small, options(small.length), [TEMPLATE]);
+  assert.deepEqual(after, before);
+  assert.equal(after.processedThrough, 299n);
+  assert.ok(after.touches.every((t) => BigInt(t.watermark) < 300n));
+});

@@ -148,13 +148,19 @@ pub(crate) fn settle(ticket: Ticket, r: Result<ProcessResult>, output: Output) {
 /// each one ends; past 256 MiB in all they are null and the payloads are read one by one.
 const PACK_ROWS: &str = r#"(function () {
   // The payload buffer is reused across calls (Rust copies out of it before returning) up
-  // to 16 MiB; bigger batches get their own.
+  // to 16 MiB; bigger batches get their own. So are the offset, tsMs and end columns.
   let scratch = new Uint8Array(0);
+  let offsets = new BigInt64Array(0);
+  let ts = new Float64Array(0);
+  let ends = new Float64Array(0);
   return function packRows(rows, start, end) {
   if (!Array.isArray(rows)) throw new TypeError("rows must be an array");
   const n = Math.max(0, Math.min(end, rows.length) - start);
-  const offsets = new BigInt64Array(n);
-  const ts = new Float64Array(n);
+  if (offsets.length < n) {
+    offsets = new BigInt64Array(n);
+    ts = new Float64Array(n);
+    ends = new Float64Array(n);
+  }
   const payloads = new Array(n);
   let total = 0;
   for (let i = 0; i < n; i++) {
@@ -173,13 +179,14 @@ const PACK_ROWS: &str = r#"(function () {
     payloads[i] = p;
     total += p.length;
   }
-  if (total > 268435456) return [offsets, ts, payloads, null, null];
+  const o = offsets.subarray(0, n);
+  const t = ts.subarray(0, n);
+  if (total > 268435456) return [o, t, payloads, null, null];
   let bytes = scratch;
   if (bytes.length < total) {
     bytes = new Uint8Array(Math.max(total, Math.min(2 * bytes.length, 16777216)));
     if (bytes.length <= 16777216) scratch = bytes;
   }
-  const ends = new Float64Array(n);
   let at = 0;
   for (let i = 0; i < n; i++) {
     const p = payloads[i];
@@ -187,7 +194,7 @@ const PACK_ROWS: &str = r#"(function () {
     at += p.length;
     ends[i] = at;
   }
-  return [offsets, ts, payloads, bytes, ends];
+  return [o, t, payloads, bytes, ends.subarray(0, n)];
   };
 })()"#;
 
