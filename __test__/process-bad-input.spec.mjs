@@ -8,6 +8,8 @@ const TEMPLATE = { templateId: dt.keys.templateId("public.e0", ["tenantId"]), en
 const rec = (value, extra = {}) => JSON.stringify({ type: "public.e0", key: "1", value, headers: { operation: "insert" }, ...extra });
 const rows = (payloads) => payloads.map((p, i) => ({ offset: BigInt(i), tsMs: 1000 + i, payload: Buffer.isBuffer(p) ? p : Buffer.from(p) }));
 const req = (n, extra = {}) => ({ stream: "s", fromOffset: 0n, toOffset: BigInt(n - 1), profile: PROFILE, maxRows: 1000, maxBytes: 64 << 20, ...extra });
+/** All `n` rows in one batch, every touch its own (no coalescing window). */
+const wholeBatch = (n) => req(n, { maxRows: n, profile: { kind: "state-protocol", touch: { enabled: true, touchCoalesceWindowMs: 0 } } });
 
 test("malformed rows count as read and yield no change", async () => {
   const payloads = [
@@ -143,7 +145,7 @@ test("a chunk of string payloads in the middle reads like the Buffers it replace
   const n = 6000;
   const buffers = rows([...Array(n)].map((_, i) => rec({ tenantId: `t${i % 11}` })));
   const mixed = buffers.map((r, i) => (i >= 2048 && i < 4096 && i % 2 === 0 ? { ...r, payload: r.payload.toString() } : r));
-  const options = req(n, { maxRows: n, profile: { kind: "state-protocol", touch: { enabled: true, touchCoalesceWindowMs: 0 } } });
+  const options = wholeBatch(n);
   const [a, b] = await Promise.all([dt.processRows(buffers, options, [TEMPLATE]), dt.processRows(mixed, options, [TEMPLATE])]);
   assert.deepEqual(b, a);
   assert.equal(a.stats.rowsRead, n);
@@ -151,14 +153,13 @@ test("a chunk of string payloads in the middle reads like the Buffers it replace
 });
 
 test("a batch reads the same after a bigger one (the row columns are reused between calls)", async () => {
-  const options = (n) => req(n, { maxRows: n, profile: { kind: "state-protocol", touch: { enabled: true, touchCoalesceWindowMs: 0 } } });
   const small = rows([...Array(300)].map((_, i) => rec({ tenantId: `s${i % 7}` })));
-  const before = await dt.processRows(small, options(small.length), [TEMPLATE]);
+  const before = await dt.processRows(small, wholeBatch(small.length), [TEMPLATE]);
   // 5,000 rows with other offsets, times and tenants fill the columns past the small batch.
   const big = [...Array(5000)].map((_, i) => ({ offset: BigInt(10_000 + i), tsMs: 900_000 + i, payload: Buffer.from(rec({ tenantId: `b${i % 13}`, pad: "x".repeat(i % 50) })) }));
-  const bigResult = await dt.processRows(big, { ...options(big.length), fromOffset: 10_000n, toOffset: 14_999n }, [TEMPLATE]);
+  const bigResult = await dt.processRows(big, { ...wholeBatch(big.length), fromOffset: 10_000n, toOffset: 14_999n }, [TEMPLATE]);
   assert.equal(bigResult.stats.rowsRead, 5000);
-  const after = await dt.processRows(small, options(small.length), [TEMPLATE]);
+  const after = await dt.processRows(small, wholeBatch(small.length), [TEMPLATE]);
   assert.deepEqual(after, before);
   assert.equal(after.processedThrough, 299n);
   assert.ok(after.touches.every((t) => BigInt(t.watermark) < 300n));

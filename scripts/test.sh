@@ -8,15 +8,16 @@ node --test --test-concurrency=1 __test__/*.spec.mjs
 
 # Bun 1.3.6 itself crashes now and then (a signal in its own code, reported as "Bun has
 # crashed"): such a run is repeated once, and says so. A failing test is not repeated.
+bun_test=(node_modules/.bin/bun test --timeout 120000 ./__test__/)
 bun_log="$(mktemp)"
 trap 'rm -f "$bun_log"' EXIT
 set +e
-node_modules/.bin/bun test --timeout 120000 ./__test__/ 2>&1 | tee "$bun_log"
+"${bun_test[@]}" 2>&1 | tee "$bun_log"
 status=${PIPESTATUS[0]}
 set -e
 if [ "$status" -ge 128 ] && grep -q "Bun has crashed" "$bun_log"; then
   echo "bun test: Bun crashed (exit $status); running the Bun suite once more" >&2
-  node_modules/.bin/bun test --timeout 120000 ./__test__/
+  "${bun_test[@]}"
 elif [ "$status" -ne 0 ]; then
   exit "$status"
 fi
