@@ -81,3 +81,68 @@ test("B4: a change processed before anyone waits is still seen by a wait from an
   await engine.close();
   await store.close();
 });
+
+const update = (before, after) =>
+  JSON.stringify({ type: "public.todos", key: after.id, value: after, old_value: before, headers: { operation: "update" } });
+
+test("a wait registered in restricted mode hears a change processed back in fine mode", async () => {
+  const store = Store.open(":memory:");
+  await store.createStream("s", { contentType: "application/json" });
+  const engine = new TouchEngine(store, { workers: 1, maxBatchRows: 7, checkIntervalMs: 50 });
+  engine.setTouchConfig("s", { enabled: true, lagDegradeFineTouchesAtSourceOffsets: 10, lagRecoverFineTouchesAtSourceOffsets: 3 });
+  const tpl = engine.activateTemplates("s", [TEMPLATE]).activated[0].templateId;
+  const { cursor: c0 } = await engine.meta("s");
+  // A parked waiter elsewhere, so that coarsened batches run as `restricted` (not idle).
+  const elsewhere = engine.wait({ stream: "s", cursor: c0, keys: [keys.watchKey(tpl, ["nobody"])], templateIdsUsed: [tpl], timeoutMs: 8000 });
+  const target = todo(0, "t1");
+  await store.append("s", [insert(target), ...Array.from({ length: 300 }, (_, i) => insert(todo(i + 1, "other")))]);
+  const settled = await engine.meta("s", { settle: "flush", timeoutMs: 5000 });
+  assert.equal(settled.touchMode, "restricted", "the burst left the stream restricted");
+  const w = engine.wait({ stream: "s", cursor: settled.cursor, keys: [keys.watchKey(tpl, ["t1"])], templateIdsUsed: [tpl], timeoutMs: 3000 });
+  await sleep(20);
+  // A small append: the lag is back under the recovery mark, so this batch runs fine.
+  await store.append("s", [update(target, { ...target, title: "changed" })]);
+  const r = await w;
+  assert.equal(r.effectiveWaitKind, "templateKey");
+  assert.equal(r.touched, true, "the update of the watched row was announced");
+  const after = await engine.meta("s", { settle: "flush", timeoutMs: 5000 });
+  assert.equal(after.touchMode, "fine", "the update ran as a fine batch");
+  await elsewhere;
+  await engine.close();
+  await store.close();
+});
+
+for (const [label, before] of [
+  ["null", null],
+  ["an unencodable number", 2.5],
+  ["an object", { nested: true }],
+]) {
+  test(`a row moving from ${label} into a watched tuple wakes its waiters`, async () => {
+    // Templates on a string and an int64 field, so that 2.5 is unencodable for one of them.
+    const store = Store.open(":memory:");
+    await store.createStream("s", { contentType: "application/json" });
+    const engine = new TouchEngine(store, { checkIntervalMs: 50 });
+    engine.setTouchConfig("s", { enabled: true });
+    const [str, int] = engine
+      .activateTemplates("s", [TEMPLATE, { entity: "public.todos", fields: [{ name: "rank", encoding: "int64" }] }])
+      .activated.map((a) => a.templateId);
+    const row = { id: "1", tenantId: before, rank: before, title: "x" };
+    await store.append("s", [insert(row)]);
+    await engine.meta("s", { settle: "flush", timeoutMs: 5000 });
+    const { cursor: c1 } = await engine.meta("s");
+    const waits = [
+      [str, "t1"],
+      [int, "7"],
+    ].flatMap(([tpl, arg]) => [
+      engine.wait({ stream: "s", cursor: c1, keys: [keys.watchKey(tpl, [arg])], templateIdsUsed: [tpl], timeoutMs: 3000 }),
+      engine.wait({ stream: "s", cursor: c1, keys: [keys.watchKey(tpl, [arg])], timeoutMs: 3000 }),
+      engine.wait({ stream: "s", cursor: c1, keys: [keys.membershipKey(tpl, [arg])], timeoutMs: 3000 }),
+    ]);
+    await sleep(20);
+    await store.append("s", [update(row, { ...row, tenantId: "t1", rank: 7 })]);
+    const replies = await Promise.all(waits);
+    assert.deepEqual(replies.map((r) => r.touched), replies.map(() => true));
+    await engine.close();
+    await store.close();
+  });
+}

@@ -328,7 +328,10 @@ pub fn plan_keys(args: &WaitArgs, mode: TouchMode, template_entities: &[String])
     let template_keys = args.template_key_ids();
     let mut kind = choose_kind(args, mode);
     let mut wait_keys = match kind {
-        WaitKind::TemplateKey => template_keys.clone(),
+        // A template-key wait also hears its own fine keys: it may outlive the restricted
+        // batches it was planned for, and a fine batch announces a change by its fine keys
+        // only (deviations.md, B2).
+        WaitKind::TemplateKey => dedupe(template_keys.iter().chain(&raw_fine).copied()),
         WaitKind::TableKey if !args.template_ids_used.is_empty() => {
             dedupe(template_entities.iter().map(|e| key_id(table_key(e.as_bytes()))))
         }
@@ -486,7 +489,11 @@ mod tests {
         assert_eq!(fine.kind, WaitKind::FineKey);
         assert_eq!(fine.wait_key_ids, [2528729918, 125756624], "fine id (K17 watch key) plus the template key");
         let restricted = plan_keys(&args, TouchMode::Restricted, &[]).unwrap();
-        assert_eq!((restricted.kind, restricted.wait_key_ids.clone()), (WaitKind::TemplateKey, vec![125756624]));
+        assert_eq!(
+            (restricted.kind, restricted.wait_key_ids.clone()),
+            (WaitKind::TemplateKey, vec![125756624, 2528729918]),
+            "the template key, and the fine id for batches that run fine again"
+        );
         assert_eq!(restricted.hot_key_ids, [2528729918]);
         let coarse_only = plan_keys(&args, TouchMode::CoarseOnly, &["public.posts".into()]).unwrap();
         assert_eq!((coarse_only.kind, coarse_only.wait_key_ids.clone()), (WaitKind::TableKey, vec![3117452744]));

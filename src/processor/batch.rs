@@ -765,9 +765,10 @@ impl<'p> Batch<'p> {
             let mut watch = KeySet::default();
             let mut membership = KeySet::default();
             let mut projected = KeySet::default();
-            self.keys_for_template(ch, t, &mut watch, &mut membership, &mut projected, &mut changed)?;
-            if self.plan.complete && !images_cover(ch, &self.templates[t]) {
-                // B5: the change concerns tuples its images do not name; the template key
+            let keyed = self.keys_for_template(ch, t, &mut watch, &mut membership, &mut projected, &mut changed)?;
+            if self.plan.complete && !keyed.covers(ch.op) {
+                // B5: the change concerns tuples its images do not name (an image is missing,
+                // lacks a field, or holds a null or unencodable value there); the template key
                 // reaches every waiter of this template (the engine adds the catch-all key).
                 self.stats.uncovered_changes += 1.0;
                 self.queue(template_touch(template_key_id, None), ts);
@@ -787,7 +788,8 @@ impl<'p> Batch<'p> {
         Ok(())
     }
 
-    /// P6: the watch, membership and projected-field keys one template derives from a change.
+    /// P6: the watch, membership and projected-field keys one template derives from a change;
+    /// returns which images had args for the template.
     #[allow(clippy::too_many_arguments)]
     fn keys_for_template<'a>(
         &mut self,
@@ -797,7 +799,7 @@ impl<'p> Batch<'p> {
         membership: &mut KeySet,
         projected: &mut KeySet,
         changed: &mut Option<Vec<Cow<'a, [u8]>>>,
-    ) -> Result<()> {
+    ) -> Result<Keyed> {
         let tpl = &self.templates[t];
         let h = &mut self.hasher;
         let after_args = compute_args(&ch.after, tpl);
@@ -806,6 +808,11 @@ impl<'p> Batch<'p> {
         let before_keys = before_args.as_ref().map(|a| h.watch_and_membership(tpl.bits, a));
         let (watch_after, member_after) = (after_keys.map(|k| k.0), after_keys.map(|k| k.1));
         let (watch_before, member_before) = (before_keys.map(|k| k.0), before_keys.map(|k| k.1));
+        let complete = self.plan.complete;
+        let keyed = Keyed {
+            before: Tuple::of(&ch.before, tpl, before_args.is_some(), complete),
+            after: Tuple::of(&ch.after, tpl, after_args.is_some(), complete),
+        };
         match ch.op {
             Op::Insert => {
                 watch.set_opt(watch_after);
@@ -870,12 +877,17 @@ impl<'p> Batch<'p> {
                                 }
                             }
                         }
+                        // Complete mode: a row that was in no tuple enters the after one.
+                        OnMissingBefore::Coarse if keyed.before == Tuple::None => {
+                            watch.set_opt(watch_after);
+                            membership.set_opt(member_after);
+                        }
                         OnMissingBefore::Coarse => {}
                     }
                 }
             }
         }
-        Ok(())
+        Ok(keyed)
     }
 
     fn finish(mut self, stream: String, processed_through: i64) -> ProcessResult {
@@ -907,19 +919,57 @@ fn is_structured(f: Field<'_>) -> bool {
     matches!(f, Field::Value(Scalar::Object | Scalar::Array))
 }
 
-/// Complete mode: whether the change's images name every tuple it concerns for `tpl`. An
-/// image the operation needs (insert: after; delete: before; update: both) must be an object
-/// holding every template field; a field that is present but null is fine (no tuple has a
-/// null member), a missing one is not.
-fn images_cover(ch: &RowChange<'_>, tpl: &ActiveTemplate) -> bool {
-    let names = |image: &Image<'_>| -> bool {
-        image.is_object()
-            && tpl.fields.iter().all(|f| !matches!(image.get(f.as_bytes()), Some(Field::Undefined) | None))
-    };
-    match ch.op {
-        Op::Insert => names(&ch.after),
-        Op::Delete => names(&ch.before),
-        Op::Update => names(&ch.before) && names(&ch.after),
+/// What an image says of a row's tuple for one template (P6).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tuple {
+    /// It yielded args: the row is in that tuple.
+    Args,
+    /// Complete mode: a plain object with every template field, one of them null. A client
+    /// cannot encode a null arg (K13), so no waiter watches a tuple with a null member: the
+    /// row is in no tuple at all.
+    None,
+    /// Missing, not an object, lacking a template field, or holding a value the template's
+    /// encoding refuses: the tuple cannot be told, and a waiter may watch it (a client's args
+    /// are strings; it may watch `"2.5"` or `"n/a"` on an int64 field).
+    Unknown,
+}
+
+impl Tuple {
+    fn of(image: &Image<'_>, tpl: &ActiveTemplate, has_args: bool, complete: bool) -> Tuple {
+        if has_args {
+            return Tuple::Args;
+        }
+        if !complete {
+            return Tuple::Unknown;
+        }
+        let mut fields = tpl.fields.iter().map(|f| image.get(f.as_bytes()));
+        let present = image.is_object() && fields.clone().all(|f| matches!(f, Some(Field::Value(_))));
+        if present && fields.any(|f| matches!(f, Some(Field::Value(Scalar::Null)))) {
+            Tuple::None
+        } else {
+            Tuple::Unknown
+        }
+    }
+}
+
+/// What a change's images say of its tuples for one template.
+#[derive(Clone, Copy)]
+struct Keyed {
+    before: Tuple,
+    after: Tuple,
+}
+
+impl Keyed {
+    /// Complete mode: whether the keys derived name every tuple the change concerns: each
+    /// image the operation needs (insert: after; delete: before; update: both) names its
+    /// tuple, or names none.
+    fn covers(self, op: Op) -> bool {
+        let told = |t: Tuple| t != Tuple::Unknown;
+        match op {
+            Op::Insert => told(self.after),
+            Op::Delete => told(self.before),
+            Op::Update => told(self.before) && told(self.after),
+        }
     }
 }
 

@@ -30,6 +30,10 @@ fn b5_changes_without_usable_images_get_the_template_key() {
         r#"{"type":"public.posts","key":"1","value":{"authorId":1,"status":"a"},"headers":{"operation":"update"}}"#,
         r#"{"type":"public.posts","key":"1","value":{"authorId":1,"status":"a"},"old_value":{"authorId":1},"headers":{"operation":"update"}}"#,
         r#"{"type":"public.posts","key":"1","old_value":null,"headers":{"operation":"delete"}}"#,
+        // Values the template's encodings refuse: the tuple cannot be told.
+        r#"{"type":"public.posts","key":"1","value":{"authorId":1,"status":"a"},"old_value":{"authorId":2.5,"status":"a"},"headers":{"operation":"update"}}"#,
+        r#"{"type":"public.posts","key":"1","value":{"authorId":1,"status":{"x":1}},"old_value":{"authorId":1,"status":"a"},"headers":{"operation":"update"}}"#,
+        r#"{"type":"public.posts","key":"1","value":{"authorId":"n/a","status":"a"},"headers":{"operation":"insert"}}"#,
     ];
     for c in cases {
         let rows = [row(0, c)];
@@ -51,6 +55,29 @@ fn b5_changes_without_usable_images_get_the_template_key() {
         r#"{"type":"public.posts","key":"1","value":{"authorId":null,"status":"a"},"headers":{"operation":"insert"}}"#,
     )];
     assert_eq!(run(&null, true).stats.uncovered_changes, 0.0);
+    // A row moving from a null member into a tuple enters it: its watch and membership keys
+    // fire (the reference emits only the table key), and nothing else is needed.
+    let enters = [row(
+        0,
+        r#"{"type":"public.posts","key":"1","value":{"authorId":1,"status":"a"},"old_value":{"authorId":null,"status":"a"},"headers":{"operation":"update"}}"#,
+    )];
+    let bits = 0x87e4_1f4a_8d44_0298;
+    let (watch, member) =
+        (key_id(crate::keys::watch_key(bits, &["1", "a"])), key_id(crate::keys::membership_key(bits, &["1", "a"])));
+    let reference = run(&enters, false);
+    assert!(!has_key(&reference, watch) && !has_key(&reference, member));
+    let complete = run(&enters, true);
+    assert!(has_key(&complete, watch) && has_key(&complete, member));
+    assert!(!has_key(&complete, TK));
+    assert_eq!(complete.stats.uncovered_changes, 0.0);
+    // And leaving a tuple for a null member fires the tuple left, as the reference does.
+    let leaves = [row(
+        0,
+        r#"{"type":"public.posts","key":"1","value":{"authorId":null,"status":"a"},"old_value":{"authorId":1,"status":"a"},"headers":{"operation":"update"}}"#,
+    )];
+    let complete = run(&leaves, true);
+    assert!(has_key(&complete, watch) && has_key(&complete, member));
+    assert_eq!(complete.stats.uncovered_changes, 0.0);
 }
 
 #[test]
