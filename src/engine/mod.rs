@@ -747,6 +747,8 @@ impl TouchEngine {
                             bucket_max_source_offset_seq: h.bucket_max_source_offset_seq,
                             flush_at_ms: h.flush_at_ms,
                             bucket_start_ms: h.bucket_start_ms,
+                            cursor_through: bucket.0,
+                            parked: true,
                         }
                     }
                     None => {
@@ -761,6 +763,8 @@ impl TouchEngine {
                             bucket_max_source_offset_seq: bucket.0,
                             flush_at_ms: bucket.1,
                             bucket_start_ms: bucket.2,
+                            cursor_through: bucket.0,
+                            parked: true,
                         }
                     }
                 };
@@ -824,6 +828,8 @@ impl TouchEngine {
                         bucket_max_source_offset_seq: b.0,
                         flush_at_ms: b.1,
                         bucket_start_ms: b.2,
+                        cursor_through: b.0,
+                        parked: false,
                     };
                 let r = match early {
                     Early::Stale { cursor, epoch, generation, bucket } => {

@@ -374,6 +374,13 @@ pub struct WaitReply {
     pub bucket_max_source_offset_seq: i64,
     pub flush_at_ms: i64,
     pub bucket_start_ms: i64,
+    /// The highest source offset whose touches the reply's `cursor` already covers (the last
+    /// flushed bucket's, read with the cursor). Not part of the route's reply; a touched
+    /// reply's `bucket_max_source_offset_seq` is the touching bucket's, which may be older.
+    pub cursor_through: i64,
+    /// Whether the wait was registered and answered later (by a flush, its timeout or
+    /// `close`), rather than at once. Not part of the route's reply either.
+    pub parked: bool,
 }
 
 #[cfg(test)]
