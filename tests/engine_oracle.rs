@@ -70,6 +70,12 @@ impl Rng {
     }
 }
 
+/// The templates active from the start; the last one is activated during the run.
+const EARLY: usize = 4;
+/// Chains on the early templates, and on the late one (started once it is active).
+const CHAINS: usize = 200;
+const LATE_CHAINS: usize = 40;
+
 /// A template: fields in canonical (sorted) order with their encodings.
 struct Tpl {
     bits: u64,
@@ -78,11 +84,13 @@ struct Tpl {
 }
 
 fn templates() -> Vec<Tpl> {
-    let decls: [&[(&str, &str)]; 4] = [
+    let decls: [&[(&str, &str)]; 5] = [
         &[("tenant", "string")],
         &[("status", "string"), ("tenant", "string")],
         &[("rank", "int64")],
         &[("flag", "bool"), ("rank", "int64")],
+        // Activated in the middle of the run, while a burst is being processed.
+        &[("rank", "int64"), ("tenant", "string")],
     ];
     decls
         .iter()
@@ -154,6 +162,9 @@ struct Spec {
     form: Form,
     /// Whether a reset concerns it (keys of templates and their entity's table key).
     templated_keys: bool,
+    /// The first offset its keys can be announced from (a template's
+    /// `active_from_source_offset`); earlier changes do not count.
+    since: i64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -204,7 +215,11 @@ fn random_spec(rng: &mut Rng, tpls: &[Tpl]) -> Spec {
             // Several tuples of several templates.
             let mut keys = vec![watch_key(tpl.bits, &args)];
             let u = &tpls[rng.below(tpls.len())];
-            keys.push(watch_key(u.bits, &client_args(rng, u, probe)));
+            let other = watch_key(u.bits, &client_args(rng, u, probe));
+            if other != keys[0] {
+                // (keyIds must not repeat an id)
+                keys.push(other);
+            }
             if u.id != tpl.id {
                 templates.push(u.id.clone());
             }
@@ -218,6 +233,7 @@ fn random_spec(rng: &mut Rng, tpls: &[Tpl]) -> Spec {
                 coarse: true,
                 form: if rng.chance(0.5) { Form::Keys } else { Form::KeyIds },
                 templated_keys: entity == ENTITY,
+                since: i64::MIN,
             };
         }
         _ => (vec![watch_key(tpl.bits, &args), membership_key(tpl.bits, &args)], true),
@@ -237,7 +253,7 @@ fn random_spec(rng: &mut Rng, tpls: &[Tpl]) -> Spec {
         _ if !coarse => Form::Exact,
         _ => Form::Keys,
     };
-    Spec { keys, templates, coarse, form, templated_keys }
+    Spec { keys, templates, coarse, form, templated_keys, since: i64::MIN }
 }
 
 fn wait_body(spec: &Spec, cursor: &str, timeout_ms: u64) -> String {
@@ -276,6 +292,21 @@ struct Truth {
 }
 
 impl Truth {
+    fn record(&mut self, first: i64, batch: Vec<(String, Option<Vec<u64>>)>) {
+        for (i, (payload, keys)) in batch.into_iter().enumerate() {
+            let offset = first + i as i64;
+            match keys {
+                None => self.resets.push(offset),
+                Some(keys) => {
+                    for k in keys {
+                        self.by_key.entry(k).or_default().push(offset);
+                    }
+                }
+            }
+            self.payloads.insert(offset, payload);
+        }
+    }
+
     fn first_in(list: &[i64], after: i64, through: i64) -> Option<i64> {
         let i = list.partition_point(|&o| o <= after);
         list.get(i).copied().filter(|&o| o <= through)
@@ -283,6 +314,7 @@ impl Truth {
 
     /// The first change in `(after, through]` that concerns `spec`.
     fn concerning(&self, spec: &Spec, after: i64, through: i64) -> Option<i64> {
+        let after = after.max(spec.since.saturating_sub(1));
         let keys =
             spec.keys.iter().filter_map(|k| self.by_key.get(k)).filter_map(|l| Self::first_in(l, after, through));
         let reset = spec.templated_keys.then(|| Self::first_in(&self.resets, after, through)).flatten();
@@ -559,25 +591,29 @@ fn run_seed(seed: u64, target_waits: u64) {
     let engine = TouchEngine::open(store.clone(), opts).unwrap();
     engine.set_profile(STREAM, &parse(&touch_profile(&mut rng)).unwrap()).unwrap();
     let tpls = templates();
-    let decls = tpls
-        .iter()
-        .map(|t| durable_touch::engine::templates::TemplateDecl {
-            entity: ENTITY.into(),
-            fields: t
-                .fields
-                .iter()
-                .map(|f| durable_touch::engine::templates::FieldDecl { name: f.0.into(), encoding: f.2.into() })
-                .collect(),
-        })
-        .collect::<Vec<_>>();
-    let (out, _) = engine.activate_templates(STREAM, &decls, None).unwrap();
+    let decl = |t: &Tpl| durable_touch::engine::templates::TemplateDecl {
+        entity: ENTITY.into(),
+        fields: t
+            .fields
+            .iter()
+            .map(|f| durable_touch::engine::templates::FieldDecl { name: f.0.into(), encoding: f.2.into() })
+            .collect(),
+    };
+    let (out, _) =
+        engine.activate_templates(STREAM, &tpls[..EARLY].iter().map(decl).collect::<Vec<_>>(), None).unwrap();
     let mut ids: Vec<String> = out.activated.iter().map(|a| a.template_id.clone()).collect();
     ids.sort();
-    let mut expected: Vec<String> = tpls.iter().map(|t| t.id.clone()).collect();
+    let mut expected: Vec<String> = tpls[..EARLY].iter().map(|t| t.id.clone()).collect();
     expected.sort();
     assert_eq!(ids, expected, "the templates are active under the ids a client derives");
 
-    let chains: Vec<Spec> = (0..200).map(|_| random_spec(&mut rng, &tpls)).collect();
+    let mut chains: Vec<Spec> = (0..CHAINS).map(|_| random_spec(&mut rng, &tpls[..EARLY])).collect();
+    chains.extend((0..LATE_CHAINS).map(|_| random_spec(&mut rng, &tpls[EARLY..])));
+    let late_decl = decl(&tpls[EARLY]);
+    // The late template's activation: its `active_from_source_offset`, and a cursor taken
+    // before it (what that cursor covers, and the cursor), as a client that declares
+    // templates with its wait holds one.
+    let (late_tx, late_rx) = mpsc::channel::<(i64, i64, String)>();
     let done_waits = Arc::new(AtomicU64::new(0));
     let stop_writing = Arc::new(AtomicBool::new(false));
 
@@ -587,6 +623,7 @@ fn run_seed(seed: u64, target_waits: u64) {
         let engine = engine.clone();
         let done_waits = done_waits.clone();
         let stop = stop_writing.clone();
+        let mut late = Some((late_decl, late_tx));
         let mut w = Writer {
             rng: Rng(seed ^ 0x5eed),
             tpls: templates(),
@@ -601,6 +638,38 @@ fn run_seed(seed: u64, target_waits: u64) {
             let mut truth = Truth::default();
             let mut records = 0u64;
             while done_waits.load(Ordering::Relaxed) < target_waits && !stop.load(Ordering::Relaxed) {
+                if done_waits.load(Ordering::Relaxed) > target_waits / 3 {
+                    if let Some((decl, tx)) = late.take() {
+                        // A cursor, a burst, then the activation while its batches run.
+                        let probe = WaitArgs::parse(&parse(r#"{"cursor":"now","keyIds":[1],"timeoutMs":0}"#).unwrap());
+                        let before = blocking(|r| {
+                            engine.wait(STREAM, probe.unwrap(), r);
+                        })
+                        .unwrap();
+                        let batch: Vec<(String, Option<Vec<u64>>)> = (0..200).map(|_| w.record(false)).collect();
+                        let first = append(&store, batch.iter().map(|b| b.0.clone()).collect()).unwrap();
+                        truth.record(first, batch);
+                        let (out, _) = engine.activate_templates(STREAM, &[decl], None).unwrap();
+                        let id = out.activated[0].template_id.clone();
+                        let from: i64 = blocking(|r| {
+                            store.query(
+                                move |c| {
+                                    Ok(c.query_row(
+                                        "SELECT active_from_source_offset FROM live_templates WHERE template_id=?1",
+                                        [&id],
+                                        |r| r.get(0),
+                                    )?)
+                                },
+                                r,
+                            )
+                        })
+                        .unwrap();
+                        tx.send((from, before.cursor_through, before.cursor)).unwrap();
+                        // Quiet, so that a later change does not wake a chain the burst's
+                        // changes should have woken.
+                        std::thread::sleep(Duration::from_millis(300));
+                    }
+                }
                 if w.rng.chance(0.5) {
                     engine.set_profile(STREAM, &parse(&touch_profile(&mut w.rng)).unwrap()).unwrap();
                 }
@@ -622,18 +691,7 @@ fn run_seed(seed: u64, target_waits: u64) {
                     };
                     let batch: Vec<(String, Option<Vec<u64>>)> = (0..n).map(|_| w.record(n < 5)).collect();
                     let first = append(&store, batch.iter().map(|b| b.0.clone()).collect()).unwrap();
-                    for (i, (payload, keys)) in batch.into_iter().enumerate() {
-                        let offset = first + i as i64;
-                        match keys {
-                            None => truth.resets.push(offset),
-                            Some(keys) => {
-                                for k in keys {
-                                    truth.by_key.entry(k).or_default().push(offset);
-                                }
-                            }
-                        }
-                        truth.payloads.insert(offset, payload);
-                    }
+                    truth.record(first, batch);
                     records += n as u64;
                     // After a burst, often a pause: the stream drains in its coarsened mode and
                     // waiters park again before the next change, which runs fine.
@@ -675,26 +733,25 @@ fn run_seed(seed: u64, target_waits: u64) {
         engine.wait(STREAM, args, Box::new(move |r| drop(tx.send((chain, r)))));
     };
     // A first wait of timeout 0 from "now" gives each chain a cursor and what it covers.
-    let (mut from, mut cursors): (Vec<i64>, Vec<String>) = chains
-        .iter()
-        .map(|spec| {
-            let spec = Spec { form: Form::Keys, ..spec.clone() };
-            let args = WaitArgs::parse(&parse(&wait_body(&spec, "now", 0)).unwrap()).unwrap();
-            let r = blocking(|reply| {
-                engine.wait(STREAM, args, reply);
-            })
-            .unwrap();
-            (r.cursor_through, r.cursor)
+    let start = |spec: &Spec| {
+        let spec = Spec { form: Form::Keys, ..spec.clone() };
+        let args = WaitArgs::parse(&parse(&wait_body(&spec, "now", 0)).unwrap()).unwrap();
+        let r = blocking(|reply| {
+            engine.wait(STREAM, args, reply);
         })
-        .unzip();
+        .unwrap();
+        (r.cursor_through, r.cursor)
+    };
+    let (mut from, mut cursors): (Vec<i64>, Vec<String>) = chains.iter().map(start).unzip();
     let mut wrng = Rng(seed ^ 0xa11);
-    for (c, cursor) in cursors.iter().enumerate() {
+    for (c, cursor) in cursors.iter().enumerate().take(CHAINS) {
         issue(c, cursor, wrng.range(10, 150));
     }
     let mut logged: Vec<Logged> = Vec::new();
     let mut tally = Tally::default();
     let mut retry: Vec<(Instant, usize)> = Vec::new();
-    let mut outstanding = chains.len();
+    let mut outstanding = CHAINS;
+    let mut late_since = None;
     let mut draining_since: Option<Instant> = None;
     let started = Instant::now();
     while outstanding > 0 || !retry.is_empty() {
@@ -705,6 +762,15 @@ fn run_seed(seed: u64, target_waits: u64) {
         // After the writer stops, chains keep waiting for 400 ms so the last changes are
         // flushed and seen, then no new wait starts.
         let issuing = draining_since.is_none_or(|t| now.duration_since(t) < Duration::from_millis(400));
+        if let Ok((since, covered, cursor)) = late_rx.try_recv() {
+            // The late template is active: its chains start from the cursor taken before.
+            late_since = Some(since);
+            for c in CHAINS..chains.len() {
+                (from[c], cursors[c]) = (covered, cursor.clone());
+                issue(c, &cursors[c], wrng.range(10, 150));
+                outstanding += 1;
+            }
+        }
         let (due, later): (Vec<_>, Vec<_>) = retry.drain(..).partition(|(at, _)| *at <= now);
         retry = later;
         for (_, c) in due {
@@ -762,6 +828,10 @@ fn run_seed(seed: u64, target_waits: u64) {
     boundaries.dedup();
     blocking(|r| engine.close(r)).unwrap();
 
+    let since = late_since.expect("the late template was activated");
+    for spec in &mut chains[CHAINS..] {
+        spec.since = since;
+    }
     let mut misses = Vec::new();
     let mut late = Vec::new();
     for l in &logged {

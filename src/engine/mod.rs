@@ -449,7 +449,7 @@ impl TouchEngine {
         let ttl = ttl.unwrap_or(cfg.templates.default_inactivity_ttl_ms);
         let inner = self.inner.clone();
         let name = stream.to_string();
-        let out = blocking(|r| {
+        let (out, active_from) = blocking(|r| {
             self.inner.store.write(
                 move |conn| {
                     // T5 (B4): a new template covers every row not yet processed, not only rows
@@ -458,7 +458,8 @@ impl TouchEngine {
                         conn.query_row("SELECT next_offset FROM streams WHERE stream=?1", [&name], |r| r.get(0))?;
                     let processed =
                         profile::get_touch_state(conn, &name)?.map(|s| s.processed_through + 1).unwrap_or(next);
-                    inner.registry.activate(
+                    let active_from = processed.min(next);
+                    let out = inner.registry.activate(
                         conn,
                         &ActivateArgs {
                             stream: &name,
@@ -466,16 +467,48 @@ impl TouchEngine {
                             inactivity_ttl_ms: ttl,
                             limits,
                             active_from_touch_offset: &cursor,
-                            active_from_source_offset: processed.min(next),
+                            active_from_source_offset: active_from,
                             now_ms: wall_ms(),
                         },
-                    )
+                    )?;
+                    Ok((out, active_from))
                 },
                 r,
             )
         })?;
         self.inner.count_lifecycle(&out.lifecycle);
+        self.cover_activation(stream, &out, active_from);
         Ok(out)
+    }
+
+    /// A batch that read the stream's templates before an activation committed, but processes
+    /// rows from the new templates' `active_from_source_offset`, emits none of their keys; a
+    /// client that took its cursor before those touches were flushed would miss its changes.
+    /// Such rows get the new templates' keys and the catch-all instead: now, if a batch
+    /// already moved the checkpoint past them, or when the running batch ends.
+    fn cover_activation(&self, stream: &str, out: &ActivateOutcome, active_from: i64) {
+        let keys: Vec<u32> = out
+            .activated
+            .iter()
+            .filter_map(|a| crate::keys::template_bits(&a.template_id))
+            .map(|bits| crate::keys::key_id(crate::keys::template_key(bits)))
+            .collect();
+        if keys.is_empty() {
+            return;
+        }
+        let now = {
+            let mut st = self.inner.state.lock();
+            let Some(rt) = st.streams.get_mut(stream) else { return };
+            if rt.busy {
+                rt.late_templates.extend(keys);
+                return;
+            }
+            match (rt.processed_through, &rt.journal) {
+                (Some(p), Some(j)) if p >= active_from => (j.clone(), p),
+                _ => return,
+            }
+        };
+        touch_late_templates(&now.0, &keys, now.1);
     }
 
     /// A wait (W1–W6). `reply` is called exactly once: with the reply, or with an error
@@ -613,6 +646,13 @@ enum Early {
     Stale { cursor: String, epoch: String, generation: u32, bucket: (i64, i64, i64) },
     Touched { cursor: String, bucket: (i64, i64, i64) },
     Timeout { cursor: String, bucket: (i64, i64, i64) },
+}
+
+/// The template keys of templates activated during a batch, and the catch-all, at the
+/// checkpoint the batch reached (see `TouchEngine::cover_activation`).
+pub(crate) fn touch_late_templates(journal: &Journal, keys: &[u32], through: i64) {
+    let touch = |key_id| crate::journal::Touch { key_id, source_offset: Some(through), routing_key: None };
+    journal.touch_many(keys.iter().copied().chain([catch_all_key_id()]).map(touch));
 }
 
 fn bucket_fields(s: &crate::journal::JournalState) -> (i64, i64, i64) {

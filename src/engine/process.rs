@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::engine::policy::{adaptive_coalesce_ms, FineTokens};
 use crate::engine::runtime::hot_limits;
 use crate::engine::wait::{catch_all_key_id, TouchMode};
-use crate::engine::{profile, templates, Inner};
+use crate::engine::{profile, templates, touch_late_templates, Inner};
 use crate::error::{Error, Result};
 use crate::journal::{wall_ms, Touch as JournalTouch};
 use crate::processor::source::{read_active_templates, read_batch_rows};
@@ -192,10 +192,27 @@ impl Inner {
             (cfg, rt.processed_through)
         };
         let result = self.process_locked(name, &cfg, mem_through, now);
-        if let Some(rt) = self.state.lock().streams.get_mut(name) {
-            rt.busy = false;
-        }
+        self.end_batch(name);
         result
+    }
+
+    /// The stream is no longer busy; templates activated while its batch ran get their keys
+    /// (see `TouchEngine::cover_activation`).
+    pub(crate) fn end_batch(&self, name: &str) {
+        let late = {
+            let mut st = self.state.lock();
+            st.streams.get_mut(name).and_then(|rt| {
+                rt.busy = false;
+                let keys = std::mem::take(&mut rt.late_templates);
+                match (keys.is_empty(), &rt.journal, rt.processed_through) {
+                    (false, Some(j), Some(p)) => Some((j.clone(), keys, p)),
+                    _ => None,
+                }
+            })
+        };
+        if let Some((journal, keys, through)) = late {
+            touch_late_templates(&journal, &keys, through);
+        }
     }
 
     fn process_locked(

@@ -49,6 +49,9 @@ pub struct StreamRt {
     pub processed_through: Option<i64>,
     /// A batch for this stream is running.
     pub busy: bool,
+    /// Template keys activated while the running batch ran: it may have read the templates
+    /// before the activation, so they are touched (with the catch-all) when it ends.
+    pub late_templates: Vec<u32>,
     /// Fine touches per row seen lately, to size batches within the fine budget.
     pub fine_per_row: f64,
 }
@@ -71,6 +74,7 @@ impl StreamRt {
             last_template_gc_ms: 0,
             processed_through: None,
             busy: false,
+            late_templates: Vec::new(),
             fine_per_row: 0.0,
         }
     }

@@ -107,3 +107,46 @@ fn stale_cursor_close_and_abort() {
     let r = pending.recv_timeout(Duration::from_secs(1)).unwrap().unwrap();
     assert!(!r.touched, "close settles pending waits with touched: false");
 }
+
+#[test]
+fn an_activation_during_a_batch_touches_the_new_template_key_after_it() {
+    // A batch that read the templates before an activation committed emits none of the new
+    // template's keys for the rows it processes from `active_from_source_offset`: their
+    // template key and the catch-all are touched when it ends (or at once, if it ended).
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("e.sqlite").to_str().unwrap(), StoreOptions::default()).unwrap();
+    blocking(|r| store.create_stream("s".into(), Some("application/json".into()), None, r)).unwrap();
+    let engine = TouchEngine::open(store.clone(), EngineOptions { auto_process: false, ..Default::default() }).unwrap();
+    engine.set_profile("s", &parse(r#"{"kind":"state-protocol","touch":{"enabled":true}}"#).unwrap()).unwrap();
+    let decl = |field: &str| templates::TemplateDecl {
+        entity: "public.posts".into(),
+        fields: vec![templates::FieldDecl { name: field.into(), encoding: "string".into() }],
+    };
+    let tkey = |out: &ActivateOutcome| {
+        key_id(crate::keys::template_key(crate::keys::template_bits(&out.activated[0].template_id).unwrap()))
+    };
+    let generation = || engine.inner.state.lock().streams["s"].journal.as_ref().unwrap().read(|s| s.generation());
+    let touched_since = |g: u32, key: u32| {
+        let j = engine.inner.state.lock().streams["s"].journal.clone().unwrap();
+        j.flush();
+        j.maybe_touched_since_any(&[key], g) && j.maybe_touched_since_any(&[catch_all_key_id()], g)
+    };
+
+    // A batch is running: the keys wait for its end.
+    engine.cursor("s").unwrap();
+    engine.inner.state.lock().streams.get_mut("s").unwrap().busy = true;
+    let g0 = generation();
+    let (a, _) = engine.activate_templates("s", &[decl("status")], None).unwrap();
+    assert_eq!(engine.inner.state.lock().streams["s"].late_templates, [tkey(&a)]);
+    engine.inner.state.lock().streams.get_mut("s").unwrap().processed_through = Some(5);
+    assert!(!touched_since(g0, tkey(&a)), "nothing before the batch ends");
+    engine.inner.end_batch("s");
+    assert!(!engine.inner.state.lock().streams["s"].busy);
+    assert!(touched_since(g0, tkey(&a)));
+
+    // No batch running, but the checkpoint passed the rows the template covers: at once.
+    let g1 = generation();
+    let (b, _) = engine.activate_templates("s", &[decl("title")], None).unwrap();
+    assert!(touched_since(g1, tkey(&b)));
+    blocking(|r| engine.close(r)).unwrap();
+}
