@@ -185,6 +185,18 @@ test("wait lists are refused by their length before an element is read; 1,024 of
   await closeAll(ctx);
 });
 
+test("bucketMs: any integer > 0 is a valid config, as in the reference; the journal caps it at a minute", async () => {
+  const ctx = await open(":memory:", { enabled: true, memory: { bucketMs: 1e308 } });
+  const { store, engine } = ctx;
+  assert.equal(engine.getTouchConfig("s").memory.bucketMs, 1e308);
+  await store.append("s", [rec("insert", { id: 1, authorId: 1, status: "a" })]);
+  const meta = await engine.meta("s");
+  assert.equal(meta.bucketMs, 60_000, "so the stream's touches are flushed within a minute");
+  assert.ok(meta.coalesceMs <= 60_000);
+  assert.equal(new dt.TouchJournal({ bucketMs: 1e308 }).getMeta().bucketMs, 60_000);
+  await closeAll(ctx);
+});
+
 test("bad requests get coded errors", async () => {
   const ctx = await open();
   const { store, engine } = ctx;

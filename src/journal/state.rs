@@ -663,6 +663,11 @@ mod tests {
         assert_eq!(j.coalesce_ms(), 1);
         j.set_coalesce_ms(1e9);
         assert_eq!(j.coalesce_ms(), 50);
+        // A bucket of 1e308 ms still flushes: within a minute (MAX_BUCKET_MS).
+        let mut j = journal(JournalOptions { bucket_ms: 1e308, ..Default::default() });
+        assert_eq!(j.coalesce_ms(), crate::journal::config::MAX_BUCKET_MS);
+        j.set_coalesce_ms(1e308);
+        assert_eq!(j.coalesce_ms(), crate::journal::config::MAX_BUCKET_MS);
     }
 
     #[test]
