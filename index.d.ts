@@ -36,6 +36,8 @@ export declare class Store {
   close(): Promise<void>
   /** Whether `close()` was called. */
   get closed(): boolean
+  /** The size limits of one append, as opened. */
+  get limits(): StoreLimits
 }
 
 /** Processing, waits, policy and stats over a [`Store`]. */
@@ -356,6 +358,13 @@ export interface ReadOptions {
 export interface StaleError {
   code: string
   message: string
+}
+
+/** `Store.limits`: what one append may hold (`ERR_PAYLOAD_TOO_LARGE` beyond). */
+export interface StoreLimits {
+  maxPayloadBytes: number
+  maxAppendBytes: number
+  maxAppendRows: number
 }
 
 /** Options of `Store.open`. */

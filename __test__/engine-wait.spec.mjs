@@ -148,6 +148,55 @@ test("an aborted wait rejects with ERR_ABORTED; close settles pending waits with
   await ctx.store.close();
 });
 
+test("wait lists are refused by their length before an element is read; 1,024 of each is fine", async () => {
+  const ctx = await open();
+  const { engine } = ctx;
+  let reads = 0;
+  const counted = (n, item) => {
+    const a = new Array(n);
+    for (let i = 0; i < n; i++) Object.defineProperty(a, i, { get: () => (reads++, item(i)), enumerable: true });
+    return a;
+  };
+  const refused = [
+    ["keys", { keys: counted(50_000, (i) => `k${i}`) }, "wait.keys too large (max 1024)"],
+    ["keyIds", { keyIds: counted(50_000, (i) => i) }, "wait.keyIds too large (max 1024)"],
+    ["templateIdsUsed", { keys: ["a"], templateIdsUsed: counted(40_000, (i) => i.toString(16).padStart(16, "0")) }, "wait.templateIdsUsed too large (max 1024)"],
+    ["declareTemplates", { keys: ["a"], declareTemplates: counted(50_000, () => POSTS) }, "wait.declareTemplates too large (max 256)"],
+  ];
+  for (const [label, body, message] of refused) {
+    reads = 0;
+    const err = await rejectsWithCode(engine.wait({ stream: "s", cursor: "now", timeoutMs: 0, ...body }), "ERR_INVALID_ARGUMENT");
+    assert.equal(err.message, message, label);
+    assert.ok(reads <= 1025, `${label}: ${reads} elements read`);
+  }
+  // At the cap itself (as the reference's `> 1024`), with a template id or the engine's own
+  // catch-all key added to the keys the journal registers.
+  const n = (k, f) => Array.from({ length: k }, (_, i) => f(i));
+  const { activated } = engine.activateTemplates("s", [POSTS]);
+  for (const body of [
+    { keys: n(1024, (i) => `k${i}`) },
+    { keyIds: n(1024, (i) => i) },
+    { keys: n(1024, (i) => `k${i}`), templateIdsUsed: [activated[0].templateId] },
+    { keys: ["a"], templateIdsUsed: n(1024, (i) => i.toString(16).padStart(16, "0")) },
+  ]) {
+    const r = await engine.wait({ stream: "s", cursor: "now", timeoutMs: 0, ...body });
+    assert.equal(r.touched, false);
+  }
+  await closeAll(ctx);
+});
+
+test("bucketMs: any integer > 0 is a valid config, as in the reference; the journal caps it at a minute", async () => {
+  const ctx = await open(":memory:", { enabled: true, memory: { bucketMs: 1e308 } });
+  const { store, engine } = ctx;
+  assert.equal(engine.getTouchConfig("s").memory.bucketMs, 1e308);
+  await store.append("s", [rec("insert", { id: 1, authorId: 1, status: "a" })]);
+  const meta = await engine.meta("s");
+  assert.equal(meta.bucketMs, 60_000, "so the stream's touches are flushed within a minute");
+  assert.ok(meta.coalesceMs <= 60_000);
+  assert.equal(new dt.TouchJournal({ bucketMs: 1e308 }).getMeta().bucketMs, 60_000);
+  await closeAll(ctx);
+});
+
 test("bad requests get coded errors", async () => {
   const ctx = await open();
   const { store, engine } = ctx;
@@ -167,6 +216,11 @@ test("bad requests get coded errors", async () => {
     [{ stream: "s", cursor: "now", keys: ["a"], exact: true }, "ERR_INVALID_ARGUMENT"],
     [{ stream: 5, cursor: "now", keyIds: [1] }, "ERR_INVALID_ARGUMENT"],
     [{ stream: "s", cursor: "now", keyIds: [1], signal: {} }, "ERR_INVALID_ARGUMENT"],
+    [{ stream: "s", cursor: "now", keys: Array.from({ length: 50_000 }, (_, i) => `k${i}`) }, "ERR_INVALID_ARGUMENT"],
+    [{ stream: "s", cursor: "now", keyIds: Array.from({ length: 1025 }, (_, i) => i) }, "ERR_INVALID_ARGUMENT"],
+    [{ stream: "s", cursor: "now", keyIds: [1], templateIdsUsed: Array.from({ length: 40_000 }, (_, i) => i.toString(16)) }, "ERR_INVALID_ARGUMENT"],
+    [{ stream: "s", cursor: "now", keyIds: [1], declareTemplates: Array.from({ length: 100_000 }, () => POSTS) }, "ERR_INVALID_ARGUMENT"],
+    [{ stream: "s", cursor: "now", keyIds: [1], declareTemplates: [{ ...POSTS, junk: Object.fromEntries(Array.from({ length: 70_000 }, (_, i) => [`k${i}`, i])) }] }, "ERR_INVALID_ARGUMENT"],
   ];
   for (const [req, code] of cases) {
     let p;

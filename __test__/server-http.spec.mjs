@@ -5,6 +5,7 @@ import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { test, dt, tempDir, sleep } from "./harness.mjs";
 import { startServer } from "../lib/server.mjs";
+import { rng } from "./support/random-cases.mjs";
 
 const { keys } = dt;
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -59,6 +60,47 @@ test("streams, profile, templates, meta and waits woken by writes over HTTP", as
   assert.ok(stats.engine.reporterLine.startsWith("ingested="));
   await server.close();
 });
+
+test("a reader following stream-next-offset over random page sizes reads every row exactly once", async () => {
+  const { server, u } = await setup();
+  try {
+    await followReader(u);
+  } finally {
+    await server.close();
+  }
+});
+
+async function followReader(u) {
+  let r = await fetch(u("/v1/stream/rows"), { method: "PUT", headers: JSON_HEADERS });
+  assert.equal(r.status, 201);
+  const rand = rng(19);
+  const total = 300;
+  for (let next = 0; next < total; ) {
+    const n = Math.min(total - next, 1 + rand.int(40));
+    r = await post(u, "/v1/stream/rows", Array.from({ length: n }, (_, i) => next + i));
+    assert.equal(r.status, 204);
+    next += n;
+  }
+  // The issue's case: after [0,1,2], the next page starts at 3.
+  r = await fetch(u("/v1/stream/rows?offset=-1&limit=3"));
+  assert.deepEqual(await r.json(), [0, 1, 2]);
+  r = await fetch(u(`/v1/stream/rows?offset=${r.headers.get("stream-next-offset")}&limit=3`));
+  assert.deepEqual(await r.json(), [3, 4, 5]);
+  for (let round = 0; round < 5; round++) {
+    const seen = [];
+    let offset = "-1";
+    for (let pages = 0; ; pages++) {
+      assert.ok(pages <= total, "the reader makes progress");
+      r = await fetch(u(`/v1/stream/rows?offset=${offset}&limit=${1 + rand.int(round === 0 ? 3 : 50)}`));
+      assert.equal(r.status, 200);
+      seen.push(...(await r.json()));
+      offset = r.headers.get("stream-next-offset");
+      if (r.headers.get("stream-up-to-date") === "true") break;
+    }
+    assert.deepEqual(seen, Array.from({ length: total }, (_, i) => i), `round ${round}`);
+    assert.equal(offset, r.headers.get("stream-end-offset"));
+  }
+}
 
 test("bad requests get a JSON error with a code", async () => {
   const { server, u } = await setup();

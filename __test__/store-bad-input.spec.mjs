@@ -31,6 +31,8 @@ test("Store.open rejects bad arguments, unwritable paths and non-SQLite files wi
     [() => Store.open(join(dir, "x.sqlite"), { readers: -1 }), "ERR_INVALID_ARGUMENT"],
     [() => Store.open(join(dir, "x.sqlite"), { readers: 1000 }), "ERR_INVALID_ARGUMENT"],
     [() => Store.open(join(dir, "x.sqlite"), { cacheBytes: "big" }), "ERR_INVALID_ARGUMENT"],
+    [() => Store.open(join(dir, "a\0b.sqlite")), "ERR_INVALID_ARGUMENT"],
+    [() => Store.open("\0"), "ERR_INVALID_ARGUMENT"],
     [() => Store.open("/proc/definitely/not/writable/x.sqlite"), "ERR_STORAGE"],
     [() => Store.open(dir), "ERR_STORAGE"],
     [() => Store.open(junk), "ERR_STORAGE"],
@@ -38,6 +40,35 @@ test("Store.open rejects bad arguments, unwritable paths and non-SQLite files wi
   for (const [fn, code] of cases) throwsWithCode(fn, code);
   const err = throwsWithCode(() => Store.open(junk), "ERR_STORAGE");
   assert.equal(err.sqliteCode, "SQLITE_NOTADB");
+});
+
+test("append checks its arrays' lengths before reading an element (huge and sparse arrays)", async () => {
+  const store = Store.open(":memory:", { maxAppendRows: 10 });
+  assert.deepEqual(store.limits, { maxPayloadBytes: 8 * 1024 * 1024, maxAppendBytes: 64 * 1024 * 1024, maxAppendRows: 10 });
+  await store.createStream("s");
+  let reads = 0;
+  const watched = (n) => {
+    const a = [];
+    a.length = n;
+    Object.defineProperty(a, 0, { get: () => (reads++, "x") });
+    return a;
+  };
+  const sparse = watched(2 ** 31);
+  let err = await rejectsWithCode(store.append("s", sparse), "ERR_PAYLOAD_TOO_LARGE");
+  assert.equal(err.message, "append of 2147483648 rows exceeds the limit of 10 rows per call");
+  err = await rejectsWithCode(store.append("s", ["a", "b"], { routingKeys: watched(2 ** 31) }), "ERR_INVALID_ARGUMENT");
+  assert.equal(err.message, "routingKeys has 2147483648 entries but there are 2 payloads");
+  await rejectsWithCode(store.append("", watched(11)), "ERR_INVALID_ARGUMENT");
+  assert.equal(reads, 0);
+  assert.equal(store.stats().appendErrors, 3);
+  // The default cap: 100,000 rows.
+  const big = Store.open(":memory:");
+  await big.createStream("s");
+  assert.equal(big.limits.maxAppendRows, 100_000);
+  await rejectsWithCode(big.append("s", watched(2 ** 32 - 1)), "ERR_PAYLOAD_TOO_LARGE");
+  assert.equal(reads, 0);
+  await big.close();
+  await store.close();
 });
 
 test("async methods reject (never throw) with the right code, and acknowledged rows survive", async () => {

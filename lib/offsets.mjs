@@ -21,7 +21,12 @@ export function encodeOffset(epoch, seq) {
   return out;
 }
 
-/** The last offset a client has seen: "-1", a 26-character offset, or null when invalid. */
+/**
+ * The last offset a client has seen: "-1", a 26-character offset, or null when invalid. Decodes
+ * exactly as the reference's `parseOffsetResult` does: the 130 bits lose the two padding bits
+ * `encodeOffset` added (so any top bits past 128 are dropped, not refused), and the in-block
+ * index (the last 32 bits) is ignored.
+ */
 export function decodeOffset(text) {
   if (text === "-1") return { epoch: 0, seq: -1n };
   if (typeof text !== "string" || text.length !== 26) return null;
@@ -31,8 +36,8 @@ export function decodeOffset(text) {
     if (v === undefined) return null;
     n = (n << 5n) | BigInt(v);
   }
-  if (n >> 128n !== 0n) return null;
-  const epoch = Number((n >> 96n) & 0xffffffffn);
+  n = (n >> 2n) & ((1n << 128n) - 1n);
+  const epoch = Number(n >> 96n);
   const raw = (n >> 32n) & 0xffffffffffffffffn;
   return { epoch, seq: raw - 1n };
 }

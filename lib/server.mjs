@@ -19,6 +19,7 @@ import { mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { encodeOffset, decodeOffset } from "./offsets.mjs";
 import { validateStateProtocolRecord } from "./state-protocol.mjs";
+import { MAX_JSON_DEPTH, scanJson } from "./json-body.mjs";
 
 const require = createRequire(import.meta.url);
 const { Store, TouchEngine } = require("../index.js");
@@ -66,22 +67,66 @@ function normalizeContentType(v) {
   return base || null;
 }
 
+/** The body a Node request arrived with, handed to the handler as is (see serveNode). */
+const NODE_BODY = Symbol("durable-touch.nodeBody");
+
 async function readBody(req, limit) {
   const len = Number(req.headers.get("content-length") ?? "0");
   if (len > limit) throw new HttpError(413, "ERR_PAYLOAD_TOO_LARGE", `body too large (max ${limit})`);
-  const buf = new Uint8Array(await req.arrayBuffer());
+  const buf = req[NODE_BODY] ?? new Uint8Array(await req.arrayBuffer());
   if (buf.byteLength > limit) throw new HttpError(413, "ERR_PAYLOAD_TOO_LARGE", `body too large (max ${limit})`);
   return buf;
 }
 
-async function readJson(req, limit, what) {
-  const buf = await readBody(req, limit);
+/**
+ * Most JSON values in the body of a wait, an activation or a profile update (the largest valid
+ * wait holds about 6,000): parsing more would hold the event loop for tens of milliseconds.
+ */
+const MAX_REQUEST_VALUES = 65_536;
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * A JSON body, checked before it is parsed, so that none of these costs a parse: a top-level
+ * array of more than `maxItems` elements is a 413 (`tooMany(n)` is the message), so is a body
+ * of more than `maxValues` values; nesting deeper than MAX_JSON_DEPTH is a 400. Invalid UTF-8
+ * and invalid JSON are 400s.
+ */
+async function parseJson(bytes, what, { maxItems = Infinity, tooMany = null, maxValues = Infinity } = {}) {
+  if (bytes.length > MAX_JSON_DEPTH) {
+    const over = (c) => c.items > maxItems || c.values > maxValues || c.depth > MAX_JSON_DEPTH;
+    const c = await scanJson(bytes, { stop: over });
+    if (c.items > maxItems) throw new HttpError(413, "ERR_PAYLOAD_TOO_LARGE", tooMany(c.complete ? c.items : `more than ${maxItems}`));
+    if (c.values > maxValues) throw new HttpError(413, "ERR_PAYLOAD_TOO_LARGE", `${what} is too large (more than ${maxValues} JSON values)`);
+    if (c.depth > MAX_JSON_DEPTH) throw badRequest(`${what} is nested too deeply (max ${MAX_JSON_DEPTH} levels)`);
+  }
+  let text;
   try {
-    return JSON.parse(new TextDecoder().decode(buf));
+    text = utf8.decode(bytes);
+  } catch {
+    throw badRequest(`${what} must be valid UTF-8`);
+  }
+  try {
+    return JSON.parse(text);
   } catch {
     throw badRequest(`${what} must be valid JSON`);
   }
 }
+
+/** The JSON body of a wait, an activation or a profile update. */
+async function readJson(req, limit, what) {
+  return parseJson(await readBody(req, limit), what, { maxValues: MAX_REQUEST_VALUES });
+}
+
+// host [":" port], host being a bracketed IP literal or an RFC 3986 reg-name / IPv4 address.
+const HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._~!$&'()*+,;=%]+)(?::[0-9]*)?$/;
+
+/** A Host header that is absent, empty or well-formed (no spaces, credentials or paths). */
+function validHost(host) {
+  return host == null || host === "" || HOST.test(host);
+}
+
+/** Methods the Fetch API refuses to carry (a Request cannot be made with them). */
+const FORBIDDEN_METHODS = new Set(["CONNECT", "TRACE", "TRACK"]);
 
 /** The request handler (Fetch API). */
 export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024 }) {
@@ -92,7 +137,14 @@ export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024 }) {
   }
 
   async function route(req) {
-    const url = new URL(req.url);
+    if (FORBIDDEN_METHODS.has(req.method)) throw new HttpError(405, "ERR_METHOD_NOT_ALLOWED", "unsupported method");
+    if (!validHost(req.headers.get("host"))) throw badRequest("invalid Host header");
+    let url;
+    try {
+      url = new URL(req.url, "http://localhost");
+    } catch {
+      throw badRequest("invalid request URL");
+    }
     const path = url.pathname;
     if (path === "/v1/stats") {
       if (req.method !== "GET") throw new HttpError(405, "ERR_METHOD_NOT_ALLOWED", "unsupported method");
@@ -195,14 +247,13 @@ export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024 }) {
       const isJson = normalizeContentType(info.contentType) === "application/json";
       let payloads;
       if (isJson) {
-        let value;
-        try {
-          value = JSON.parse(new TextDecoder().decode(buf));
-        } catch {
-          throw badRequest("append body must be valid JSON");
-        }
+        // The row cap is checked on the body's bytes: a huge array is refused unparsed.
+        const { maxAppendRows } = store.limits;
+        const tooMany = (n) => `append of ${n} rows exceeds the limit of ${maxAppendRows} rows per call`;
+        const value = await parseJson(buf, "append body", { maxItems: maxAppendRows, tooMany });
         const records = Array.isArray(value) ? value : [value];
         if (records.length === 0) throw badRequest("empty JSON array");
+        if (records.length > maxAppendRows) throw new HttpError(413, "ERR_PAYLOAD_TOO_LARGE", tooMany(records.length));
         if (info.profile === "state-protocol") {
           for (const r of records) {
             const err = validateStateProtocolRecord(r);
@@ -254,6 +305,15 @@ export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024 }) {
   };
 }
 
+/** A whole HTTP/1.1 error response, for a socket that has no ServerResponse. */
+function rawError(http, status, code, message) {
+  const body = JSON.stringify({ error: { code, message } });
+  return (
+    `HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\ncontent-type: application/json\r\n` +
+    `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`
+  );
+}
+
 /** Serves `handler` with Node's http module; a closed client connection aborts its request. */
 async function serveNode(handler, { port, host, bodyLimit }) {
   const http = await import("node:http");
@@ -277,15 +337,24 @@ async function serveNode(handler, { port, host, bodyLimit }) {
       let response;
       if (tooLarge) {
         response = errorResponse(new HttpError(413, "ERR_PAYLOAD_TOO_LARGE", `body too large (max ${bodyLimit})`));
+      } else if (FORBIDDEN_METHODS.has(req.method)) {
+        // What Bun.serve passes on to the handler, which refuses it; a Request cannot carry it.
+        response = errorResponse(new HttpError(405, "ERR_METHOD_NOT_ALLOWED", "unsupported method"));
+      } else if (!validHost(req.headers.host)) {
+        response = errorResponse(badRequest("invalid Host header"));
       } else {
         const hasBody = req.method !== "GET" && req.method !== "HEAD";
-        const request = new Request(`http://${req.headers.host ?? "localhost"}${req.url}`, {
-          method: req.method,
-          headers: req.headers,
-          body: hasBody && size > 0 ? Buffer.concat(chunks) : undefined,
-          signal: ac.signal,
-        });
-        response = await handler.fetch(request);
+        let request;
+        try {
+          request = new Request(`http://${req.headers.host || "localhost"}${req.url}`, { method: req.method, headers: req.headers, signal: ac.signal });
+          // The body goes to the handler as it came, not through the Request's stream (which
+          // copies it twice more on the event loop).
+          if (hasBody && size > 0) request[NODE_BODY] = Buffer.concat(chunks);
+        } catch (e) {
+          request = null;
+          response = errorResponse(badRequest(`malformed request: ${e?.message ?? e}`));
+        }
+        if (request) response = await handler.fetch(request);
       }
       if (res.destroyed) return;
       res.statusCode = response.status;
@@ -299,6 +368,24 @@ async function serveNode(handler, { port, host, bodyLimit }) {
       }
     }
   });
+  // Requests Node's parser refuses never reach the handler: answer them with a coded JSON
+  // error too (Node's own answer has an empty body).
+  server.on("clientError", (err, socket) => {
+    if (err.code === "ECONNRESET" || !socket.writable || socket._httpMessage?.headersSent) return socket.destroy();
+    let reply;
+    if (err.code === "HPE_HEADER_OVERFLOW") {
+      reply = rawError(http, 431, "ERR_HEADERS_TOO_LARGE", `request line and headers too large (max ${http.maxHeaderSize} bytes)`);
+    } else if (err.code === "HPE_INVALID_METHOD") {
+      reply = rawError(http, 405, "ERR_METHOD_NOT_ALLOWED", "unsupported method");
+    } else if (err.code === "ERR_HTTP_REQUEST_TIMEOUT") {
+      reply = rawError(http, 408, "ERR_REQUEST_TIMEOUT", "request timed out");
+    } else {
+      reply = rawError(http, 400, "ERR_INVALID_ARGUMENT", `malformed HTTP request (${err.code ?? "parse error"})`);
+    }
+    socket.end(reply);
+  });
+  // CONNECT is not routed to the request handler; without a listener Node drops the socket.
+  server.on("connect", (_req, socket) => socket.end(rawError(http, 405, "ERR_METHOD_NOT_ALLOWED", "unsupported method")));
   server.keepAliveTimeout = 130_000;
   server.requestTimeout = 0;
   server.headersTimeout = 140_000;

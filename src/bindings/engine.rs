@@ -10,7 +10,9 @@ use super::port::Port;
 use super::processor::{parse_output, parse_request, settle};
 use super::store::Store;
 use crate::engine::templates::{ActivateOutcome, TemplateLimits};
-use crate::engine::wait::{parse_inactivity_ttl, parse_template_decls, WaitArgs, WaitReply};
+use crate::engine::wait::{
+    parse_inactivity_ttl, parse_template_decls, WaitArgs, WaitReply, MAX_DECLARED_TEMPLATES, MAX_WAIT_LIST,
+};
 use crate::engine::{EngineOptions, EngineStatsView, RuntimeView, TouchEngine as CoreEngine, TouchMetaView};
 use crate::error::Error;
 use crate::jscompat::json::{Object, Value};
@@ -580,10 +582,8 @@ impl TouchEngine {
     ) -> napi::Result<ActivateResult> {
         let run = || -> crate::Result<ActivateResult> {
             let stream = Js::new(env, stream.raw()).string("stream")?;
-            let decls = parse_template_decls(
-                &value_of(Some(Js::new(env, templates.raw())), "templates")?,
-                "activate.templates",
-            )?;
+            let templates = Js::new(env, templates.raw()).to_value_capped("templates", MAX_DECLARED_TEMPLATES)?;
+            let decls = parse_template_decls(&templates.unwrap_or(Value::Undefined), "activate.templates")?;
             let ttl = match arg(env, &options).filter(|o| !o.is_nullish()) {
                 Some(o) => {
                     let o = o.object("options")?;
@@ -643,7 +643,7 @@ impl TouchEngine {
             if aborted {
                 return Err(Error::Aborted);
             }
-            let body = r.pick("request", WaitArgs::FIELDS)?;
+            let body = r.pick("request", WaitArgs::FIELDS, MAX_WAIT_LIST)?;
             Ok((stream, WaitArgs::parse(&body)?, signal))
         })();
         let engine = self.engine.clone();

@@ -415,6 +415,37 @@ use crate::jscompat::string::{has_lone_surrogate, wtf8_from_utf16, JsString};
 
 /// Nesting accepted when copying a JS value into a [`JsonValue`] (cycles end here too).
 const MAX_VALUE_DEPTH: usize = 256;
+/// Most values (of any kind, at any depth) one copy holds: bounds what a huge argument costs
+/// before the core that reads it can refuse it.
+const MAX_VALUE_NODES: usize = 1 << 16;
+
+/// The bounds of one copy into a [`JsonValue`].
+struct CopyBudget {
+    /// Arrays longer than this are copied as their first `max_items + 1` elements.
+    max_items: u32,
+    nodes_left: usize,
+}
+
+impl CopyBudget {
+    fn capped(max_items: usize) -> CopyBudget {
+        CopyBudget { max_items: u32::try_from(max_items).unwrap_or(u32::MAX), nodes_left: MAX_VALUE_NODES }
+    }
+
+    /// Whether `n` more values fit.
+    fn check(&self, n: u32, what: &str) -> Result<()> {
+        if n as usize > self.nodes_left {
+            return Err(Error::invalid(format!("{what} is too large (more than {MAX_VALUE_NODES} values)")));
+        }
+        Ok(())
+    }
+
+    /// Counts `n` values copied.
+    fn take(&mut self, n: u32, what: &str) -> Result<()> {
+        self.check(n, what)?;
+        self.nodes_left -= n as usize;
+        Ok(())
+    }
+}
 
 impl Js {
     /// The string as WTF-8 bytes: exact, lone surrogates included.
@@ -422,8 +453,8 @@ impl Js {
         Ok(JsString::from_wtf8(wtf8_from_utf16(&self.string_utf16(what)?)))
     }
 
-    /// Own enumerable string keys, in JS order (`Object.keys`).
-    pub fn own_keys(&self) -> Result<Vec<Js>> {
+    /// Own enumerable string keys, in JS order (`Object.keys`), as a JS array.
+    fn own_key_array(&self) -> Result<Js> {
         let mut names = ptr::null_mut();
         ok(unsafe {
             sys::napi_get_all_property_names(
@@ -435,7 +466,7 @@ impl Js {
                 &mut names,
             )
         })?;
-        Js { env: self.env, raw: names }.elements("keys")
+        Ok(Js { env: self.env, raw: names })
     }
 
     pub fn get_by_key(&self, key: &Js) -> Result<Js> {
@@ -447,18 +478,28 @@ impl Js {
     /// A copy of a JSON-like JS value: what the cores read configs and profiles from.
     /// `undefined` (as a property value) is kept as [`JsonValue::Undefined`]; a bigint becomes
     /// the number `Number(v)` gives; functions and symbols count as objects.
+    /// At most [`MAX_VALUE_NODES`] values are copied (`{what} is too large` beyond).
     pub fn to_value(self, what: &str) -> Result<Option<JsonValue>> {
-        self.to_value_at(what, 0)
+        self.to_value_at(what, 0, &mut CopyBudget { max_items: u32::MAX, nodes_left: MAX_VALUE_NODES })
+    }
+
+    /// [`Js::to_value`] for a parser that refuses, by its length alone, every list longer than
+    /// `max_items` (`WaitArgs::parse`, `parse_template_decls`): each array is copied as at most
+    /// its first `max_items + 1` elements, which that parser answers as it would the whole.
+    pub fn to_value_capped(self, what: &str, max_items: usize) -> Result<Option<JsonValue>> {
+        self.to_value_at(what, 0, &mut CopyBudget::capped(max_items))
     }
 
     /// Copies just the named properties of an object (own or inherited; absent and `undefined`
     /// ones are left out) into a [`JsonValue::Object`]: for request bodies whose parser reads
     /// known fields only, so that other properties (an AbortSignal, say) are never walked.
-    pub fn pick(self, what: &str, names: &[&str]) -> Result<JsonValue> {
+    /// Lists are cut as [`Js::to_value_capped`] cuts them.
+    pub fn pick(self, what: &str, names: &[&str], max_items: usize) -> Result<JsonValue> {
+        let mut budget = CopyBudget::capped(max_items);
         let mut obj = JsonObject::new();
         for name in names {
             if let Some(v) = self.get(name)? {
-                if let Some(v) = v.to_value_at(what, 1)? {
+                if let Some(v) = v.to_value_at(what, 1, &mut budget)? {
                     obj.insert((*name).into(), v);
                 }
             }
@@ -466,10 +507,11 @@ impl Js {
         Ok(JsonValue::Object(obj))
     }
 
-    fn to_value_at(self, what: &str, depth: usize) -> Result<Option<JsonValue>> {
+    fn to_value_at(self, what: &str, depth: usize, budget: &mut CopyBudget) -> Result<Option<JsonValue>> {
         if depth > MAX_VALUE_DEPTH {
             return Err(Error::invalid(format!("{what} is nested too deeply (or cyclic)")));
         }
+        budget.take(1, what)?;
         if self.raw.is_null() {
             return Ok(None);
         }
@@ -491,17 +533,24 @@ impl Js {
                 JsonValue::Number(v)
             }
             sys::ValueType::napi_object if self.is_array() => {
-                let mut items = Vec::new();
-                for item in self.elements(what)? {
-                    items.push(item.to_value_at(what, depth + 1)?.unwrap_or(JsonValue::Undefined));
+                let n = self.array_len(what)?.min(budget.max_items.saturating_add(1));
+                // Refused before any element is read when the elements alone would not fit.
+                budget.check(n, what)?;
+                let mut items = Vec::with_capacity(n as usize);
+                for i in 0..n {
+                    items.push(self.element(i)?.to_value_at(what, depth + 1, budget)?.unwrap_or(JsonValue::Undefined));
                 }
                 JsonValue::Array(items)
             }
             sys::ValueType::napi_object => {
                 let mut obj = JsonObject::new();
-                for key in self.own_keys()? {
+                let keys = self.own_key_array()?;
+                let n = keys.array_len(what)?;
+                budget.check(n, what)?;
+                for i in 0..n {
+                    let key = keys.element(i)?;
                     let name = key.js_string(what)?;
-                    if let Some(v) = self.get_by_key(&key)?.to_value_at(what, depth + 1)? {
+                    if let Some(v) = self.get_by_key(&key)?.to_value_at(what, depth + 1, budget)? {
                         obj.insert(name, v);
                     }
                 }

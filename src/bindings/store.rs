@@ -26,6 +26,14 @@ pub struct StoreOpenOptions {
     pub max_append_rows: Option<u32>,
 }
 
+/// `Store.limits`: what one append may hold (`ERR_PAYLOAD_TOO_LARGE` beyond).
+#[napi(object, object_from_js = false)]
+pub struct StoreLimits {
+    pub max_payload_bytes: f64,
+    pub max_append_bytes: f64,
+    pub max_append_rows: u32,
+}
+
 /// A stream as stored in the `streams` table.
 #[napi(object, object_from_js = false)]
 pub struct StreamInfo {
@@ -216,25 +224,36 @@ fn parse_open_options(options: Option<Js>) -> crate::Result<StoreOptions> {
     Ok(o)
 }
 
-fn parse_append(stream: Js, payloads: Js, options: Option<Js>) -> crate::Result<AppendRequest> {
+/// The append request. The row cap and the routing keys' count are checked on the arrays'
+/// lengths before any element is read, so a huge or sparse array is refused at once.
+fn parse_append(store: &CoreStore, stream: Js, payloads: Js, options: Option<Js>) -> crate::Result<AppendRequest> {
     let stream = stream.string("stream")?;
-    let items = payloads.elements("payloads")?;
-    let mut req = AppendRequest { stream, payloads: Vec::with_capacity(items.len()), ..Default::default() };
-    for (i, p) in items.iter().enumerate() {
-        req.payloads.push(p.bytes(&format!("payloads[{i}]"))?);
+    let n = payloads.array_len("payloads")?;
+    let opts = match options.filter(|v| !v.is_nullish()) {
+        Some(o) => Some(o.object("options")?),
+        None => None,
+    };
+    let routing_keys = match &opts {
+        Some(o) => o.opt("routingKeys")?,
+        None => None,
+    };
+    let routing_len = routing_keys.as_ref().map(|v| v.array_len("options.routingKeys")).transpose()?;
+    store.precheck_append(&stream, n as usize, routing_len.map(|k| k as usize))?;
+    let mut req = AppendRequest { stream, payloads: Vec::with_capacity(n as usize), ..Default::default() };
+    for i in 0..n {
+        req.payloads.push(payloads.element(i)?.bytes(&format!("payloads[{i}]"))?);
     }
-    if let Some(opts) = options.filter(|v| !v.is_nullish()) {
-        let opts = opts.object("options")?;
+    if let Some(v) = routing_keys {
+        let keys = v.elements("options.routingKeys")?;
+        let mut out = Vec::with_capacity(keys.len());
+        for (i, k) in keys.iter().enumerate() {
+            out.push(if k.is_nullish() { None } else { Some(k.bytes(&format!("options.routingKeys[{i}]"))?) });
+        }
+        req.routing_keys = Some(out);
+    }
+    if let Some(opts) = opts {
         if let Some(v) = opts.opt("expectedOffset")? {
             req.expected_offset = Some(v.bigint("options.expectedOffset")?);
-        }
-        if let Some(v) = opts.opt("routingKeys")? {
-            let keys = v.elements("options.routingKeys")?;
-            let mut out = Vec::with_capacity(keys.len());
-            for (i, k) in keys.iter().enumerate() {
-                out.push(if k.is_nullish() { None } else { Some(k.bytes(&format!("options.routingKeys[{i}]"))?) });
-            }
-            req.routing_keys = Some(out);
         }
         if let Some(v) = opts.opt("contentType")? {
             req.content_type = Some(v.string("options.contentType")?);
@@ -382,7 +401,8 @@ impl Store {
         payloads: Unknown,
         options: Option<Unknown>,
     ) -> napi::Result<Unknown<'env>> {
-        let req = parse_append(Js::new(env, stream.raw()), Js::new(env, payloads.raw()), arg(env, &options));
+        let req =
+            parse_append(&self.store, Js::new(env, stream.raw()), Js::new(env, payloads.raw()), arg(env, &options));
         self.promise(env, req, |req, ticket| {
             self.store.append(
                 req,
@@ -465,6 +485,17 @@ impl Store {
     #[napi(getter)]
     pub fn closed(&self) -> bool {
         self.store.is_closed()
+    }
+
+    /// The size limits of one append, as opened.
+    #[napi(getter)]
+    pub fn limits(&self) -> StoreLimits {
+        let o = self.store.options();
+        StoreLimits {
+            max_payload_bytes: o.max_payload_bytes as f64,
+            max_append_bytes: o.max_append_bytes as f64,
+            max_append_rows: o.max_append_rows as u32,
+        }
     }
 }
 

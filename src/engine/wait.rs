@@ -10,6 +10,15 @@ use crate::keys::{key_id, table_key, template_bits, template_key, touch_key_id_f
 
 /// Most keys / key ids per wait (W1).
 pub const MAX_WAIT_KEYS: usize = 1024;
+/// Most template ids per wait (ours: the reference has no cap, and its dedupe is quadratic).
+pub const MAX_TEMPLATE_IDS_USED: usize = 1024;
+/// The longest list any wait field may hold. [`WaitArgs::parse`] refuses a longer list by its
+/// length alone, before reading an element, so a caller may copy just the first
+/// `MAX_WAIT_LIST + 1` elements of each list (the binding does).
+pub const MAX_WAIT_LIST: usize = 1024;
+const _: () = assert!(
+    MAX_WAIT_LIST >= MAX_WAIT_KEYS && MAX_WAIT_LIST >= MAX_TEMPLATE_IDS_USED && MAX_WAIT_LIST >= MAX_DECLARED_TEMPLATES
+);
 /// Most literal keys on the exact path (W4).
 pub const EXACT_MAX_KEYS: usize = 16;
 /// Longest wait (W1).
@@ -48,14 +57,23 @@ fn bad(msg: &str) -> Error {
     Error::InvalidArgument(msg.to_string())
 }
 
-fn dedupe<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<T> {
-    let mut out: Vec<T> = Vec::new();
-    for i in items {
-        if !out.contains(&i) {
-            out.push(i);
+/// The items without repeats, in first-seen order; linear time (a short list is compared
+/// pairwise, which allocates nothing).
+fn dedupe<T: Eq + std::hash::Hash>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+    let items: Vec<T> = items.into_iter().collect();
+    if items.len() <= 16 {
+        let mut out: Vec<T> = Vec::with_capacity(items.len());
+        for i in items {
+            if !out.contains(&i) {
+                out.push(i);
+            }
         }
+        return out;
     }
-    out
+    let mut seen = std::collections::HashSet::with_capacity(items.len());
+    let keep: Vec<bool> = items.iter().map(|i| seen.insert(i)).collect();
+    drop(seen);
+    items.into_iter().zip(keep).filter_map(|(i, first)| first.then_some(i)).collect()
 }
 
 /// T13's route-level shape checks; any failure rejects the whole list.
@@ -115,10 +133,13 @@ impl WaitArgs {
         "inactivityTtlMs",
     ];
 
-    /// W1, in the route's order and with its messages.
+    /// W1, in the route's order and with its messages. Every list is refused by its length
+    /// before any element is read (the reference caps `keys` after its dedupe, and
+    /// `templateIdsUsed` not at all).
     pub fn parse(body: &Value) -> Result<WaitArgs> {
         let keys = match get(body, "keys") {
             Value::Undefined => Vec::new(),
+            Value::Array(items) if items.len() > MAX_WAIT_KEYS => return Err(bad("wait.keys too large (max 1024)")),
             Value::Array(items) => {
                 let mut out = Vec::with_capacity(items.len());
                 for k in items {
@@ -131,10 +152,8 @@ impl WaitArgs {
             }
             _ => return Err(bad("wait.keys must be a non-empty string array when provided")),
         };
-        if keys.len() > MAX_WAIT_KEYS {
-            return Err(bad("wait.keys too large (max 1024)"));
-        }
         let key_ids = match get(body, "keyIds") {
+            Value::Array(items) if items.len() > MAX_WAIT_KEYS => return Err(bad("wait.keyIds too large (max 1024)")),
             Value::Array(items) if !items.is_empty() => {
                 let mut out = Vec::with_capacity(items.len());
                 for v in items {
@@ -156,9 +175,6 @@ impl WaitArgs {
         if keys.is_empty() && key_ids.is_empty() {
             return Err(bad("wait requires keys or keyIds"));
         }
-        if key_ids.len() > MAX_WAIT_KEYS {
-            return Err(bad("wait.keyIds too large (max 1024)"));
-        }
         let exact = match get(body, "exact") {
             Value::Undefined => false,
             Value::Bool(b) => *b,
@@ -174,6 +190,9 @@ impl WaitArgs {
             _ => return Err(bad("wait.timeoutMs must be a number (ms)")),
         };
         let template_ids_used = match get(body, "templateIdsUsed") {
+            Value::Array(items) if items.len() > MAX_TEMPLATE_IDS_USED => {
+                return Err(bad("wait.templateIdsUsed too large (max 1024)"))
+            }
             Value::Array(items) => {
                 let mut out = Vec::with_capacity(items.len());
                 for t in items {
@@ -463,6 +482,106 @@ mod tests {
         );
         let many = arr((0..1025).map(|i| s(&format!("k{i}"))).collect());
         assert_eq!(err(obj(vec![("keys", many), ("cursor", s("now"))])), "wait.keys too large (max 1024)");
+    }
+
+    fn list(n: usize, item: impl Fn(usize) -> Value) -> Value {
+        arr((0..n).map(item).collect())
+    }
+
+    #[test]
+    fn w1_lists_are_capped_by_length_before_their_elements_are_read() {
+        let with = |field: &str, v: Value| obj(vec![("keys", arr(vec![s("a")])), ("cursor", s("now")), (field, v)]);
+        // 1,024 is the cap, so 1,024 distinct keys (or key ids, or template ids) are fine.
+        let ok = WaitArgs::parse(&obj(vec![
+            ("keys", list(1024, |i| s(&format!("k{i}")))),
+            ("keyIds", list(1024, |i| Value::Number(i as f64))),
+            ("templateIdsUsed", list(1024, |i| s(&format!("{i:016x}")))),
+            ("cursor", s("now")),
+        ]))
+        .unwrap();
+        assert_eq!((ok.keys.len(), ok.key_ids.len(), ok.template_ids_used.len()), (1024, 1024, 1024));
+        // A longer list is refused by its length, whatever its elements: a number at the end
+        // (or repeats that would dedupe below the cap) does not change the answer.
+        let junk_end = |n: usize, good: &dyn Fn(usize) -> Value| {
+            list(n, |i| if i == n - 1 { Value::Number(1.5) } else { good(i) })
+        };
+        let key = |i: usize| s(&format!("k{i}"));
+        assert_eq!(
+            err(obj(vec![("keys", junk_end(50_000, &key)), ("cursor", s("now"))])),
+            "wait.keys too large (max 1024)"
+        );
+        assert_eq!(
+            err(obj(vec![("keys", list(1025, |_| s("same"))), ("cursor", s("now"))])),
+            "wait.keys too large (max 1024)"
+        );
+        assert_eq!(
+            err(obj(vec![("keyIds", junk_end(1025, &|i| Value::Number(i as f64))), ("cursor", s("now"))])),
+            "wait.keyIds too large (max 1024)"
+        );
+        assert_eq!(
+            err(with("templateIdsUsed", junk_end(40_000, &|i| s(&format!("{i:016x}"))))),
+            "wait.templateIdsUsed too large (max 1024)"
+        );
+        let decl = |_| obj(vec![("entity", s("e")), ("fields", arr(vec![obj(vec![("name", s("f"))])]))]);
+        assert_eq!(err(with("declareTemplates", list(257, decl))), "wait.declareTemplates too large (max 256)");
+    }
+
+    #[test]
+    fn w1_a_list_cut_after_max_wait_list_plus_one_parses_as_the_whole_list() {
+        // The binding copies at most MAX_WAIT_LIST + 1 elements of any list; the answer must
+        // be the one the whole list would get.
+        let cut = |v: &Value| -> Value {
+            fn go(v: &Value) -> Value {
+                match v {
+                    Value::Array(items) => Value::Array(items.iter().take(MAX_WAIT_LIST + 1).map(go).collect()),
+                    Value::Object(o) => {
+                        let mut out = Object::new();
+                        for k in o.keys() {
+                            out.insert(k.clone(), go(o.get_bytes(k.as_bytes()).unwrap()));
+                        }
+                        Value::Object(out)
+                    }
+                    other => other.clone(),
+                }
+            }
+            go(v)
+        };
+        let field = obj(vec![("name", s("f")), ("encoding", s("string"))]);
+        let long_fields = obj(vec![("entity", s("e")), ("fields", list(3000, |_| field.clone()))]);
+        let short_fields = obj(vec![("entity", s("e")), ("fields", list(2, |_| field.clone()))]);
+        let bodies = [
+            obj(vec![("keys", list(3000, |i| s(&format!("k{i}")))), ("cursor", s("now"))]),
+            obj(vec![("keys", list(3000, |_| Value::Null)), ("cursor", s("now"))]),
+            obj(vec![("keyIds", list(3000, |i| Value::Number(i as f64))), ("cursor", s("now"))]),
+            obj(vec![("keyIds", list(3000, |_| Value::Number(-1.0))), ("cursor", s("now"))]),
+            obj(vec![("keys", arr(vec![s("a")])), ("cursor", s("now")), ("templateIdsUsed", list(3000, |_| s("zz")))]),
+            obj(vec![
+                ("keys", arr(vec![s("a")])),
+                ("cursor", s("now")),
+                ("declareTemplates", list(1100, |_| short_fields.clone())),
+            ]),
+            obj(vec![
+                ("keys", arr(vec![s("a")])),
+                ("cursor", s("now")),
+                ("declareTemplates", arr(vec![long_fields.clone()])),
+            ]),
+            obj(vec![("keys", arr(vec![s("a")])), ("cursor", list(3000, |_| s("now")))]),
+            obj(vec![("keys", arr(vec![s("a")])), ("cursor", s("now")), ("exact", list(3000, |_| Value::Bool(true)))]),
+        ];
+        for body in bodies {
+            assert_eq!(WaitArgs::parse(&cut(&body)), WaitArgs::parse(&body));
+            assert!(WaitArgs::parse(&body).is_err());
+        }
+    }
+
+    #[test]
+    fn dedupe_keeps_first_seen_order_for_short_and_long_lists() {
+        assert_eq!(dedupe([3, 1, 3, 2, 1]), [3, 1, 2]);
+        let long: Vec<u32> = (0..10_000).map(|i| (i * 7919) % 5000).collect();
+        let want: Vec<u32> = (0..5000).map(|i| (i * 7919) % 5000).collect();
+        assert_eq!(dedupe(long), want);
+        let strings = dedupe((0..40).map(|i| format!("s{}", i % 20)));
+        assert_eq!(strings, (0..20).map(|i| format!("s{i}")).collect::<Vec<_>>());
     }
 
     #[test]

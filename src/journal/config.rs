@@ -3,6 +3,11 @@
 /// Generations of exact history are sized to cover this long (J2).
 const EXACT_HISTORY_WINDOW_MS: f64 = 15_000.0;
 
+/// Longest bucket (ours; the reference takes any `bucketMs` ≥ 1). A bucket is a coalescing
+/// window (100 ms by default): a much longer one leaves a stream's touches unflushed, and its
+/// cursor still, for as long (with `1e308`, forever), while its meta never settles.
+pub const MAX_BUCKET_MS: u64 = 60_000;
+
 /// The constructor options, as JavaScript numbers (J2 floors and clamps them).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct JournalOptions {
@@ -52,10 +57,10 @@ fn at_least(x: f64, lo: u64) -> u64 {
 }
 
 impl JournalConfig {
-    /// J2: bucketMs ≥ 1, filterPow2 in [10, 30], k in [1, 8], the key limits ≥ 1; exact history
-    /// of max(16, ceil(15000 / bucketMs)) generations.
+    /// J2: bucketMs in [1, [`MAX_BUCKET_MS`]], filterPow2 in [10, 30], k in [1, 8], the key
+    /// limits ≥ 1; exact history of max(16, ceil(15000 / bucketMs)) generations.
     pub fn from_options(o: &JournalOptions) -> JournalConfig {
-        let bucket_ms = at_least(o.bucket_ms, 1);
+        let bucket_ms = at_least(o.bucket_ms, 1).min(MAX_BUCKET_MS);
         JournalConfig {
             bucket_ms,
             filter_pow2: at_least(o.filter_pow2, 10).min(30) as u32,
@@ -99,7 +104,11 @@ mod tests {
         assert_eq!(c.exact_history_generations, 15_000);
         let c = JournalConfig::from_options(&JournalOptions { bucket_ms: 2000.0, filter_pow2: 3.0, k: 99.0, ..o });
         assert_eq!((c.filter_pow2, c.k, c.exact_history_generations), (10, 8, 16));
-        let c = JournalConfig::from_options(&JournalOptions { bucket_ms: 1e300, ..o });
-        assert_eq!((c.bucket_ms, c.exact_history_generations), (u64::MAX, 16));
+        for huge in [60_001.0, 2f64.powi(31), 1e300, f64::MAX] {
+            let c = JournalConfig::from_options(&JournalOptions { bucket_ms: huge, ..o });
+            assert_eq!((c.bucket_ms, c.exact_history_generations), (MAX_BUCKET_MS, 16), "{huge}");
+        }
+        let c = JournalConfig::from_options(&JournalOptions { bucket_ms: 60_000.9, ..o });
+        assert_eq!(c.bucket_ms, 60_000);
     }
 }

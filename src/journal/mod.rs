@@ -66,7 +66,7 @@ use parking_lot::Mutex;
 pub use config::{JournalConfig, JournalOptions};
 pub use cursor::{format_cursor, parse_cursor, Cursor, Epoch};
 pub use exact::{format_routing_key, parse_routing_key};
-pub use state::{JournalMeta, JournalState, WaitRequest, MAX_WAIT_KEYS, MAX_WAIT_TIMEOUT_MS};
+pub use state::{JournalMeta, JournalState, WaitRequest, MAX_JOURNAL_WAIT_KEYS, MAX_WAIT_KEYS, MAX_WAIT_TIMEOUT_MS};
 pub use stats::{IntervalStats, TotalStats, WakeStats};
 pub use waiters::{KeyIds, Resolve, Settlement, WaiterId, Waker};
 
@@ -326,15 +326,16 @@ impl<W: Waker> Journal<W> {
     /// flush falls between the check and the registration. With `after_generation: None` the
     /// waiter waits for generations after the one `check` saw.
     ///
-    /// Fails only when `req` fails [`WaitRequest::validate`]; `resolve` is then dropped without
-    /// being called, so callers that must always call it validate first.
+    /// Fails only when `req` names more than [`MAX_JOURNAL_WAIT_KEYS`] keys or exact keys or
+    /// has too long a timeout ([`WaitRequest::validate_within`]); `resolve` is then dropped
+    /// without being called, so callers that must always call it validate first.
     pub fn check_or_wait<T>(
         &self,
         check: impl FnOnce(&JournalState<W>) -> Option<T>,
         req: WaitRequest,
         resolve: W,
     ) -> Result<CheckOrWait<T, W>> {
-        req.validate()?;
+        req.validate_within(MAX_JOURNAL_WAIT_KEYS)?;
         Ok(self.with_core(|state, out| {
             if let Some(answer) = check(state) {
                 return CheckOrWait::Answered(answer, resolve);
@@ -604,7 +605,13 @@ mod tests {
     fn bad_requests_are_refused() {
         let j = Journal::new(JournalOptions::default());
         let (r, _rx) = channel_resolve();
-        let req = WaitRequest { keys: KeyIds::from_elem(0, 1025), timeout_ms: 10, ..Default::default() };
+        let req =
+            WaitRequest { keys: KeyIds::from_elem(0, MAX_JOURNAL_WAIT_KEYS + 1), timeout_ms: 10, ..Default::default() };
         assert_eq!(j.wait_for_any(req, r).unwrap_err().code(), "ERR_INVALID_ARGUMENT");
+        // More than a TouchJournal wait may name (the engine adds template keys and its
+        // catch-all key to a route's 1,024 keys) is fine.
+        let (r, _rx) = channel_resolve();
+        let req = WaitRequest { keys: (0..1025).collect(), timeout_ms: 10, ..Default::default() };
+        assert!(j.wait_for_any(req, r).unwrap().is_some());
     }
 }

@@ -19,8 +19,14 @@ use super::waiters::{KeyIds, Resolve, Settlement, WaiterId, WaiterRegistry, Wait
 use super::TouchHit;
 use crate::error::{Error, Result};
 
-/// Most keys, and most exact keys, one wait may name (the reference's wait route limit).
+/// Most keys, and most exact keys, one `TouchJournal.waitForAny` may name (the reference's
+/// wait route limit).
 pub const MAX_WAIT_KEYS: usize = 1024;
+
+/// Most keys, and most exact keys, the journal itself takes in one wait: the engine's waits
+/// add to a route's 1,024 keys the template key of each template used (up to 1,024) and the
+/// catch-all key.
+pub const MAX_JOURNAL_WAIT_KEYS: usize = 4 * MAX_WAIT_KEYS;
 
 /// Longest accepted wait, in ms (2^31 − 1, JavaScript's timer limit).
 pub const MAX_WAIT_TIMEOUT_MS: u64 = 2_147_483_647;
@@ -40,14 +46,19 @@ pub struct WaitRequest {
 }
 
 impl WaitRequest {
-    /// Checks the limits: at most [`MAX_WAIT_KEYS`] keys and exact keys, a timeout of at most
-    /// [`MAX_WAIT_TIMEOUT_MS`].
+    /// Checks the limits of `TouchJournal.waitForAny`: at most [`MAX_WAIT_KEYS`] keys and
+    /// exact keys, a timeout of at most [`MAX_WAIT_TIMEOUT_MS`].
     pub fn validate(&self) -> Result<()> {
-        if self.keys.len() > MAX_WAIT_KEYS {
-            return Err(Error::invalid(format!("keys: at most {MAX_WAIT_KEYS} keys per wait")));
+        self.validate_within(MAX_WAIT_KEYS)
+    }
+
+    /// Checks the limits with at most `max_keys` keys and exact keys.
+    pub fn validate_within(&self, max_keys: usize) -> Result<()> {
+        if self.keys.len() > max_keys {
+            return Err(Error::invalid(format!("keys: at most {max_keys} keys per wait")));
         }
-        if self.exact_keys.len() > MAX_WAIT_KEYS {
-            return Err(Error::invalid(format!("exactKeys: at most {MAX_WAIT_KEYS} keys per wait")));
+        if self.exact_keys.len() > max_keys {
+            return Err(Error::invalid(format!("exactKeys: at most {max_keys} keys per wait")));
         }
         if self.timeout_ms > MAX_WAIT_TIMEOUT_MS {
             return Err(Error::invalid(format!("timeoutMs must be at most {MAX_WAIT_TIMEOUT_MS}")));
@@ -652,6 +663,11 @@ mod tests {
         assert_eq!(j.coalesce_ms(), 1);
         j.set_coalesce_ms(1e9);
         assert_eq!(j.coalesce_ms(), 50);
+        // A bucket of 1e308 ms still flushes: within a minute (MAX_BUCKET_MS).
+        let mut j = journal(JournalOptions { bucket_ms: 1e308, ..Default::default() });
+        assert_eq!(j.coalesce_ms(), crate::journal::config::MAX_BUCKET_MS);
+        j.set_coalesce_ms(1e308);
+        assert_eq!(j.coalesce_ms(), crate::journal::config::MAX_BUCKET_MS);
     }
 
     #[test]
@@ -661,6 +677,7 @@ mod tests {
         assert!(r.validate().is_ok());
         r.keys.push(1);
         assert_eq!(r.validate().unwrap_err().code(), "ERR_INVALID_ARGUMENT");
+        assert!(r.validate_within(MAX_JOURNAL_WAIT_KEYS).is_ok());
         assert!(WaitRequest::timeout_from_number(-1.0).is_err());
         assert!(WaitRequest::timeout_from_number(f64::NAN).is_err());
         assert!(WaitRequest::timeout_from_number(f64::INFINITY).is_err());

@@ -81,6 +81,9 @@ impl Store {
         if path.is_empty() {
             return Err(Error::invalid("store path must be a non-empty string"));
         }
+        if path.contains('\0') {
+            return Err(Error::invalid("store path must not contain NUL"));
+        }
         let in_memory = path == ":memory:";
         let open_conn = |flags: OpenFlags| -> Result<Connection> {
             let conn =
@@ -254,19 +257,38 @@ impl Store {
         self.send(Command::Job(Box::new(AppendJob { req, reply: Some(reply), outcome: None })));
     }
 
+    /// What [`Store::append`] checks on the stream name and the lengths alone (the row cap, one
+    /// routing key per payload), for a caller that still holds the payloads and routing keys
+    /// in another form (the binding: JS arrays), so that it reads none of them when the call
+    /// is refused anyway. A refusal counts as a failed append.
+    pub fn precheck_append(&self, stream: &str, rows: usize, routing_keys: Option<usize>) -> Result<()> {
+        let checked = validate_stream_name(stream)
+            .and_then(|()| self.check_append_rows(rows))
+            .and_then(|()| routing_keys.map_or(Ok(()), |keys| check_routing_keys(keys, rows)));
+        if checked.is_err() {
+            StoreCounters::add(&self.inner.counters.append_errors, 1);
+        }
+        checked
+    }
+
+    /// S8's cap on the rows of one append call.
+    fn check_append_rows(&self, rows: usize) -> Result<()> {
+        let max = self.inner.options.max_append_rows;
+        if rows > max {
+            return Err(Error::PayloadTooLarge(format!(
+                "append of {rows} rows exceeds the limit of {max} rows per call"
+            )));
+        }
+        Ok(())
+    }
+
     fn validate_append(&self, req: &AppendRequest) -> Result<()> {
         validate_stream_name(&req.stream)?;
         let o = &self.inner.options;
         if req.payloads.is_empty() {
             return Err(Error::invalid("append needs at least one payload"));
         }
-        if req.payloads.len() > o.max_append_rows {
-            return Err(Error::PayloadTooLarge(format!(
-                "append of {} rows exceeds the limit of {} rows per call",
-                req.payloads.len(),
-                o.max_append_rows
-            )));
-        }
+        self.check_append_rows(req.payloads.len())?;
         if let Some((i, p)) = req.payloads.iter().enumerate().find(|(_, p)| p.len() as u64 > o.max_payload_bytes) {
             return Err(Error::PayloadTooLarge(format!(
                 "payload {i} is {} bytes, over the limit of {} bytes",
@@ -282,13 +304,7 @@ impl Store {
             )));
         }
         if let Some(keys) = &req.routing_keys {
-            if keys.len() != req.payloads.len() {
-                return Err(Error::invalid(format!(
-                    "routingKeys has {} entries but there are {} payloads",
-                    keys.len(),
-                    req.payloads.len()
-                )));
-            }
+            check_routing_keys(keys.len(), req.payloads.len())?;
         }
         if let Some(e) = req.expected_offset {
             if e < 0 {
@@ -469,6 +485,14 @@ pub fn blocking<T: Send + 'static>(call: impl FnOnce(Reply<T>)) -> Result<T> {
         let _ = tx.send(r);
     }));
     rx.recv().unwrap_or_else(|_| Err(Error::Internal("store dropped a reply".into())))
+}
+
+/// One routing key (or null) per payload.
+fn check_routing_keys(keys: usize, payloads: usize) -> Result<()> {
+    if keys != payloads {
+        return Err(Error::invalid(format!("routingKeys has {keys} entries but there are {payloads} payloads")));
+    }
+    Ok(())
 }
 
 /// Stream names: 1..=1024 bytes, no NUL.

@@ -267,6 +267,35 @@ fn a_file_that_is_not_sqlite_is_refused() {
 }
 
 #[test]
+fn a_path_with_nul_is_an_invalid_argument() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = format!("{}/a\0b.sqlite", dir.path().to_str().unwrap());
+    let err = Store::open(&path, StoreOptions::default()).err().unwrap();
+    assert_eq!((err.code(), err.to_string()), ("ERR_INVALID_ARGUMENT", "store path must not contain NUL".into()));
+}
+
+#[test]
+fn precheck_refuses_what_append_refuses_first_and_counts_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.sqlite");
+    let store =
+        Store::open(path.to_str().unwrap(), StoreOptions { max_append_rows: 10, ..Default::default() }).unwrap();
+    assert_eq!(store.precheck_append("s", 10, Some(10)), Ok(()));
+    let rows = store.precheck_append("s", 1 << 31, None).unwrap_err();
+    assert_eq!(rows.code(), "ERR_PAYLOAD_TOO_LARGE");
+    let payloads = vec![b"x".to_vec(); 11];
+    let req = AppendRequest { stream: "s".into(), payloads, ..Default::default() };
+    let refused = store.precheck_append("s", 11, None).unwrap_err();
+    assert_eq!(blocking(|r| store.append(req, r)).unwrap_err(), refused);
+    let payloads = vec![b"x".to_vec(); 2];
+    let keys = AppendRequest { stream: "s".into(), payloads, routing_keys: Some(vec![None]), ..Default::default() };
+    let refused = store.precheck_append("s", 2, Some(1)).unwrap_err();
+    assert_eq!(blocking(|r| store.append(keys, r)).unwrap_err(), refused);
+    assert_eq!(store.precheck_append("a\0b", 1, None).unwrap_err().code(), "ERR_INVALID_ARGUMENT");
+    assert_eq!(store.stats().counters.append_errors, 6);
+}
+
+#[test]
 fn write_jobs_roll_back_alone() {
     let (_d, store) = temp_store();
     blocking(|r| store.create_stream("s".into(), None, None, r)).unwrap();
