@@ -64,6 +64,11 @@ export declare class TouchEngine {
    * `request.output: "packed"` gives the touches as typed arrays (see `processRows`).
    */
   processBatch<R extends ProcessRequest = ProcessRequest>(request: R): Promise<R extends { output: 'packed' } ? PackedProcessResult : ProcessResult>
+  /**
+   * Re-reads the state-protocol profiles of `streams` (every one when absent) from the
+   * file: for a host that saves profiles itself (see `profilePollMs`).
+   */
+  reloadProfiles(streams?: string[] | undefined | null): void
   /** Marks a stream dirty (appends through the engine's store do this themselves). */
   notify(stream: string): void
   /** Waits for a touch of any of the keys after `cursor` (W1–W6). */
@@ -72,6 +77,12 @@ export declare class TouchEngine {
   meta(stream: string, options?: MetaOptions | undefined | null): Promise<TouchMeta>
   /** The stats snapshot (the collector's window resets on each call). */
   stats(): EngineStats
+  /**
+   * Memory counters and the `topLimit` streams with the largest journal filters (default
+   * 5, at most 1000): the reference manager's `getMemoryStats` / `getTopStreams`. Resets
+   * nothing.
+   */
+  memoryStats(topLimit?: number | undefined | null): EngineMemoryReport
   /**
    * Stops the loop, settles every pending wait (`touched: false`) and flushes template
    * last-seen times. The store stays open.
@@ -193,12 +204,20 @@ export interface DeniedTemplate {
   reason: 'invalid' | 'rate_limited' | 'cap_exceeded'
 }
 
+/** `memoryStats()`: the memory counters and the top streams, without resetting anything. */
+export interface EngineMemoryReport {
+  memory: EngineMemoryStats
+  topStreams: Array<TopStreamEntry>
+}
+
 /** `getMemoryStats` (seed 001). */
 export interface EngineMemoryStats {
   dirtyStreams: number
   journals: number
   journalsCreatedTotal: number
   journalFilterBytesTotal: number
+  /** Streams whose lag keeps fine touches degraded (M7). */
+  fineLagCoarseOnlyStreams: number
   touchModeStreams: number
   fineTokenBucketStreams: number
   hotFineStreams: number
@@ -493,6 +512,12 @@ export interface TouchEngineOptions {
   maxBatchBytes?: number
   /** Run the background processing loop (default true). */
   autoProcess?: boolean
+  /**
+   * For a host that saves profiles in the file itself: re-read every state-protocol
+   * profile this often, in ms (default 0: never; `setProfile` is then the only way in).
+   * A notified stream the engine does not know has its profile read at once.
+   */
+  profilePollMs?: number
 }
 
 /** What `waitForAny` resolves with when a touch woke it. */
@@ -595,8 +620,8 @@ export interface TouchMeta {
   activeWaiters: number
   bucketMaxSourceOffsetSeq: string
   lastFlushAtMs: number
-  flushIntervalMsMaxLast10S: number
-  flushIntervalMsP95Last10S: number
+  flushIntervalMsMaxLast10s: number
+  flushIntervalMsP95Last10s: number
   settled: boolean
   coarseIntervalMs: number
   touchCoalesceWindowMs: number

@@ -13,7 +13,9 @@ use crate::engine::templates::{ActivateOutcome, TemplateLimits};
 use crate::engine::wait::{
     parse_inactivity_ttl, parse_template_decls, WaitArgs, WaitReply, MAX_DECLARED_TEMPLATES, MAX_WAIT_LIST,
 };
-use crate::engine::{EngineOptions, EngineStatsView, RuntimeView, TouchEngine as CoreEngine, TouchMetaView};
+use crate::engine::{
+    EngineOptions, EngineStatsView, MemoryView, RuntimeView, TopStream, TouchEngine as CoreEngine, TouchMetaView,
+};
 use crate::error::Error;
 use crate::jscompat::json::{Object, Value};
 use crate::jscompat::string::JsString;
@@ -31,6 +33,10 @@ pub struct TouchEngineOptions {
     pub max_batch_bytes: Option<f64>,
     /// Run the background processing loop (default true).
     pub auto_process: Option<bool>,
+    /// For a host that saves profiles in the file itself: re-read every state-protocol
+    /// profile this often, in ms (default 0: never; `setProfile` is then the only way in).
+    /// A notified stream the engine does not know has its profile read at once.
+    pub profile_poll_ms: Option<f64>,
 }
 
 /// A template declaration (the body of `/touch/templates/activate`).
@@ -144,7 +150,9 @@ pub struct TouchMeta {
     pub active_waiters: f64,
     pub bucket_max_source_offset_seq: String,
     pub last_flush_at_ms: f64,
+    #[napi(js_name = "flushIntervalMsMaxLast10s")]
     pub flush_interval_ms_max_last10s: f64,
+    #[napi(js_name = "flushIntervalMsP95Last10s")]
     pub flush_interval_ms_p95_last10s: f64,
     pub settled: bool,
     pub coarse_interval_ms: f64,
@@ -213,6 +221,8 @@ pub struct EngineMemoryStats {
     pub journals: f64,
     pub journals_created_total: f64,
     pub journal_filter_bytes_total: f64,
+    /// Streams whose lag keeps fine touches degraded (M7).
+    pub fine_lag_coarse_only_streams: f64,
     pub touch_mode_streams: f64,
     pub fine_token_bucket_streams: f64,
     pub hot_fine_streams: f64,
@@ -230,6 +240,13 @@ pub struct TopStreamEntry {
     pub dirty: bool,
     #[napi(ts_type = "'idle' | 'fine' | 'restricted' | 'coarseOnly' | null")]
     pub touch_mode: Option<String>,
+}
+
+/// `memoryStats()`: the memory counters and the top streams, without resetting anything.
+#[napi(object, object_from_js = false)]
+pub struct EngineMemoryReport {
+    pub memory: EngineMemoryStats,
+    pub top_streams: Vec<TopStreamEntry>,
 }
 
 /// Per-stream runtime totals (M21).
@@ -307,6 +324,9 @@ fn parse_options(options: Option<Js>) -> crate::Result<EngineOptions> {
     }
     if let Some(v) = opts.opt("autoProcess")? {
         o.auto_process = v.boolean("options.autoProcess")?;
+    }
+    if let Some(v) = opt_num(&opts, "profilePollMs")? {
+        o.profile_poll_ms = count(v, "profilePollMs", 3_600_000.0)? as u64;
     }
     Ok(o)
 }
@@ -412,29 +432,8 @@ fn stats_js(s: EngineStatsView) -> EngineStats {
         },
         reporter_line: s.report_line,
         window_ms: s.window_ms,
-        memory: EngineMemoryStats {
-            dirty_streams: s.memory.dirty_streams as f64,
-            journals: s.memory.journals as f64,
-            journals_created_total: s.memory.journals_created_total as f64,
-            journal_filter_bytes_total: s.memory.journal_filter_bytes_total as f64,
-            touch_mode_streams: s.memory.touch_mode_streams as f64,
-            fine_token_bucket_streams: s.memory.fine_token_bucket_streams as f64,
-            hot_fine_streams: s.memory.hot_fine_streams as f64,
-            runtime_totals_streams: s.memory.runtime_totals_streams as f64,
-            template_last_seen_entries: s.memory.template_last_seen_entries as f64,
-            template_dirty_last_seen_entries: s.memory.template_dirty_last_seen_entries as f64,
-            template_rate_state_streams: s.memory.template_rate_state_streams as f64,
-        },
-        top_streams: s
-            .top_streams
-            .into_iter()
-            .map(|t| TopStreamEntry {
-                stream: t.stream,
-                journal_filter_bytes: t.journal_filter_bytes as f64,
-                dirty: t.dirty,
-                touch_mode: t.touch_mode.map(|m| m.as_str().to_string()),
-            })
-            .collect(),
+        memory: memory_js(&s.memory),
+        top_streams: top_js(s.top_streams),
         streams: s
             .streams
             .into_iter()
@@ -462,6 +461,34 @@ fn stats_js(s: EngineStatsView) -> EngineStats {
             evicted: s.lifecycle.evicted as f64,
         },
     }
+}
+
+fn memory_js(m: &MemoryView) -> EngineMemoryStats {
+    EngineMemoryStats {
+        dirty_streams: m.dirty_streams as f64,
+        journals: m.journals as f64,
+        journals_created_total: m.journals_created_total as f64,
+        journal_filter_bytes_total: m.journal_filter_bytes_total as f64,
+        fine_lag_coarse_only_streams: m.fine_lag_coarse_only_streams as f64,
+        touch_mode_streams: m.touch_mode_streams as f64,
+        fine_token_bucket_streams: m.fine_token_bucket_streams as f64,
+        hot_fine_streams: m.hot_fine_streams as f64,
+        runtime_totals_streams: m.runtime_totals_streams as f64,
+        template_last_seen_entries: m.template_last_seen_entries as f64,
+        template_dirty_last_seen_entries: m.template_dirty_last_seen_entries as f64,
+        template_rate_state_streams: m.template_rate_state_streams as f64,
+    }
+}
+
+fn top_js(top: Vec<TopStream>) -> Vec<TopStreamEntry> {
+    top.into_iter()
+        .map(|t| TopStreamEntry {
+            stream: t.stream,
+            journal_filter_bytes: t.journal_filter_bytes as f64,
+            dirty: t.dirty,
+            touch_mode: t.touch_mode.map(|m| m.as_str().to_string()),
+        })
+        .collect()
 }
 
 fn activate_js(out: ActivateOutcome, limits: TemplateLimits) -> ActivateResult {
@@ -618,6 +645,22 @@ impl TouchEngine {
         })
     }
 
+    /// Re-reads the state-protocol profiles of `streams` (every one when absent) from the
+    /// file: for a host that saves profiles itself (see `profilePollMs`).
+    #[napi(ts_args_type = "streams?: string[] | undefined | null")]
+    pub fn reload_profiles(&self, env: &Env, streams: Option<Unknown>) -> napi::Result<()> {
+        let run = || -> crate::Result<()> {
+            let list = match arg(env, &streams).filter(|v| !v.is_nullish()) {
+                Some(v) => Some(
+                    v.elements("streams")?.iter().map(|s| s.string("streams[]")).collect::<crate::Result<Vec<_>>>()?,
+                ),
+                None => None,
+            };
+            self.engine.reload_profiles(list)
+        };
+        run().map_err(|e| throw(env, e))
+    }
+
     /// Marks a stream dirty (appends through the engine's store do this themselves).
     #[napi(ts_args_type = "stream: string")]
     pub fn notify(&self, env: &Env, stream: Unknown) -> napi::Result<()> {
@@ -723,6 +766,25 @@ impl TouchEngine {
     #[napi]
     pub fn stats(&self) -> EngineStats {
         stats_js(self.engine.stats())
+    }
+
+    /// Memory counters and the `topLimit` streams with the largest journal filters (default
+    /// 5, at most 1000): the reference manager's `getMemoryStats` / `getTopStreams`. Resets
+    /// nothing.
+    #[napi(ts_args_type = "topLimit?: number | undefined | null")]
+    pub fn memory_stats(&self, env: &Env, top_limit: Option<Unknown>) -> napi::Result<EngineMemoryReport> {
+        let limit = match arg(env, &top_limit).filter(|v| !v.is_nullish()) {
+            Some(v) => {
+                let n = v.number("topLimit").map_err(|e| throw(env, e))?;
+                if !n.is_finite() {
+                    return Err(throw(env, Error::invalid("topLimit must be a finite number")));
+                }
+                n.floor().clamp(0.0, 1000.0) as usize
+            }
+            None => 5,
+        };
+        let (memory, top) = self.engine.memory(limit);
+        Ok(EngineMemoryReport { memory: memory_js(&memory), top_streams: top_js(top) })
     }
 
     /// Stops the loop, settles every pending wait (`touched: false`) and flushes template

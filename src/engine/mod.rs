@@ -60,6 +60,10 @@ pub struct EngineOptions {
     /// M17: `DS_BASE_WAL_GC_INTERVAL_MS` / `DS_BASE_WAL_GC_CHUNK_OFFSETS`.
     pub wal_gc_interval_ms: i64,
     pub wal_gc_chunk_offsets: i64,
+    /// For a host that saves profiles in the file itself: how often the loop re-reads every
+    /// state-protocol profile (0: never). A notified stream the engine does not know yet has
+    /// its profile read at once either way.
+    pub profile_poll_ms: u64,
 }
 
 impl Default for EngineOptions {
@@ -72,6 +76,7 @@ impl Default for EngineOptions {
             auto_process: true,
             wal_gc_interval_ms: 1000,
             wal_gc_chunk_offsets: 1_000_000,
+            profile_poll_ms: 0,
         }
     }
 }
@@ -105,6 +110,10 @@ pub(crate) struct State {
     pub journals_created: u64,
     pub lifecycle: LifecycleCounts,
     settles: Vec<Settle>,
+    /// With `profile_poll_ms`: when profiles were last re-read, and streams notified that have
+    /// no state-protocol profile (not read again until the next poll).
+    pub last_profile_poll_ms: i64,
+    pub foreign: HashSet<String>,
 }
 
 impl State {
@@ -283,6 +292,8 @@ impl TouchEngine {
                 journals_created: 0,
                 lifecycle: LifecycleCounts::default(),
                 settles: Vec::new(),
+                last_profile_poll_ms: now,
+                foreign: HashSet::new(),
             }),
             registry: TemplateRegistry::default(),
             stats: StatsCollector::new(None),
@@ -340,31 +351,16 @@ impl TouchEngine {
         let name = stream.to_string();
         crate::store::validate_stream_name(stream)?;
         blocking(|r| self.inner.store.write(move |conn| profile::persist_profile(conn, &name, &p), r))?;
-        {
-            let mut st = self.inner.state.lock();
-            match st.streams.get_mut(stream) {
-                Some(rt) => {
-                    let journal_reset =
-                        rt.touch().map(|t| t.memory.clone()) != profile.enabled_touch().map(|t| t.memory.clone());
-                    rt.profile = profile.clone();
-                    if profile.enabled_touch().is_none() {
-                        rt.processed_through = None;
-                    }
-                    if journal_reset && rt.journal.as_ref().is_some_and(|j| j.active_waiters() == 0) {
-                        // B14: new `touch.memory` settings take effect with a new journal
-                        // (its cursor is new: clients see `stale`).
-                        if let Some(j) = rt.journal.take() {
-                            j.stop();
-                        }
-                    }
-                }
-                None => {
-                    st.streams.insert(stream.to_string(), StreamRt::new(profile.clone()));
-                }
-            }
-        }
+        self.inner.adopt_profile(stream, profile.clone());
         self.inner.notify(stream);
         Ok(profile)
+    }
+
+    /// Re-reads the profiles of `streams` (every state-protocol stream when `None`) from the
+    /// file and adopts them, for a host that saves profiles itself.
+    pub fn reload_profiles(&self, streams: Option<Vec<String>>) -> Result<()> {
+        self.check_open()?;
+        self.inner.reload_profiles(streams)
     }
 
     /// The stream's profile as last saved, `None` when it has no state-protocol profile.
@@ -940,40 +936,14 @@ impl TouchEngine {
         };
         let collector = self.inner.stats.snapshot_and_reset();
         let store = self.inner.store.stats();
+        let (memory, top_streams) = self.memory(5);
         let st = self.inner.state.lock();
-        let mut memory = MemoryView {
-            dirty_streams: st.dirty.len(),
-            journals_created_total: st.journals_created,
-            ..Default::default()
-        };
-        let mut top = Vec::new();
         let mut streams = Vec::new();
         for (name, rt) in &st.streams {
-            if let Some(j) = &rt.journal {
-                memory.journals += 1;
-                memory.journal_filter_bytes_total += j.filter_bytes();
-                top.push(TopStream {
-                    stream: name.clone(),
-                    journal_filter_bytes: j.filter_bytes(),
-                    dirty: st.dirty_set.contains(name),
-                    touch_mode: rt.touch_mode,
-                });
-            }
-            memory.fine_lag_coarse_only_streams += 1;
-            memory.touch_mode_streams += usize::from(rt.touch_mode.is_some());
-            memory.fine_token_bucket_streams += usize::from(rt.tokens.is_some());
-            memory.hot_fine_streams += usize::from(rt.hot.is_some());
-            memory.runtime_totals_streams += 1;
             if let Some(cfg) = rt.touch() {
                 streams.push((name.clone(), rt.runtime_touch_mode(), rt.lag_source_offsets, runtime_view(rt, cfg)));
             }
         }
-        let reg = self.inner.registry.memory();
-        memory.template_last_seen_entries = reg.last_seen_entries;
-        memory.template_dirty_last_seen_entries = reg.dirty_last_seen_entries;
-        memory.template_rate_state_streams = reg.rate_state_streams;
-        top.sort_by(|a, b| b.journal_filter_bytes.cmp(&a.journal_filter_bytes).then_with(|| a.stream.cmp(&b.stream)));
-        top.truncate(5);
         streams.sort_by(|a, b| a.0.cmp(&b.0));
         let ctx = crate::stats::ReportContext {
             window_ms,
@@ -990,11 +960,48 @@ impl TouchEngine {
             report_line,
             window_ms,
             memory,
-            top_streams: top,
+            top_streams,
             streams,
             lifecycle: st.lifecycle,
             store,
         }
+    }
+
+    /// Memory counters and the `top` streams by journal filter bytes (the reference's
+    /// `getMemoryStats` / `getTopStreams`); unlike [`TouchEngine::stats`], resets nothing.
+    pub fn memory(&self, top: usize) -> (MemoryView, Vec<TopStream>) {
+        let st = self.inner.state.lock();
+        let mut memory = MemoryView {
+            dirty_streams: st.dirty.len(),
+            journals_created_total: st.journals_created,
+            ..Default::default()
+        };
+        let mut tops = Vec::new();
+        for (name, rt) in &st.streams {
+            if let Some(j) = &rt.journal {
+                memory.journals += 1;
+                memory.journal_filter_bytes_total += j.filter_bytes();
+                tops.push(TopStream {
+                    stream: name.clone(),
+                    journal_filter_bytes: j.filter_bytes(),
+                    dirty: st.dirty_set.contains(name),
+                    touch_mode: rt.touch_mode,
+                });
+            }
+            memory.fine_lag_coarse_only_streams += usize::from(rt.lag.suppressed);
+            memory.touch_mode_streams += usize::from(rt.touch_mode.is_some());
+            memory.fine_token_bucket_streams += usize::from(rt.tokens.is_some());
+            memory.hot_fine_streams += usize::from(rt.hot.is_some());
+            memory.runtime_totals_streams += 1;
+        }
+        drop(st);
+        let reg = self.inner.registry.memory();
+        memory.template_last_seen_entries = reg.last_seen_entries;
+        memory.template_dirty_last_seen_entries = reg.dirty_last_seen_entries;
+        memory.template_rate_state_streams = reg.rate_state_streams;
+        tops.sort_by(|a, b| b.journal_filter_bytes.cmp(&a.journal_filter_bytes).then_with(|| a.stream.cmp(&b.stream)));
+        tops.truncate(top);
+        (memory, tops)
     }
 
     /// Stops the loop, settles every pending wait (`touched: false`), flushes template
@@ -1053,6 +1060,86 @@ fn runtime_view(rt: &StreamRt, cfg: &TouchConfig) -> RuntimeView {
 }
 
 impl Inner {
+    /// Takes `profile` as the stream's (already saved), keeping its runtime state.
+    pub(crate) fn adopt_profile(&self, stream: &str, profile: StateProtocolProfile) {
+        let mut st = self.state.lock();
+        match st.streams.get_mut(stream) {
+            Some(rt) => {
+                if rt.profile == profile {
+                    return;
+                }
+                let journal_reset =
+                    rt.touch().map(|t| t.memory.clone()) != profile.enabled_touch().map(|t| t.memory.clone());
+                if profile.enabled_touch().is_none() {
+                    rt.processed_through = None;
+                }
+                rt.profile = profile;
+                if journal_reset && rt.journal.as_ref().is_some_and(|j| j.active_waiters() == 0) {
+                    // B14: new `touch.memory` settings take effect with a new journal
+                    // (its cursor is new: clients see `stale`).
+                    if let Some(j) = rt.journal.take() {
+                        j.stop();
+                    }
+                }
+            }
+            None => {
+                st.streams.insert(stream.to_string(), StreamRt::new(profile));
+            }
+        }
+    }
+
+    /// Reads the profiles of `streams` (every state-protocol stream when `None`) from the file
+    /// and adopts them: for a host that saves profiles itself (`EngineOptions::profile_poll_ms`).
+    /// A listed stream that is no longer state-protocol keeps no touch config.
+    pub(crate) fn reload_profiles(&self, streams: Option<Vec<String>>) -> Result<()> {
+        let all = streams.is_none();
+        let read: Vec<(String, Option<StateProtocolProfile>)> = blocking(|r| {
+            self.store.query(
+                move |conn| {
+                    let names = match streams {
+                        Some(list) => list,
+                        None => profile::list_state_protocol_streams(conn)?,
+                    };
+                    let mut out = Vec::with_capacity(names.len());
+                    for s in names {
+                        // A stored profile that no longer validates is skipped, as at open.
+                        match profile::read_profile(conn, &s)? {
+                            Some(Ok(p)) => out.push((s, Some(p))),
+                            Some(Err(_)) => {}
+                            None => out.push((s, None)),
+                        }
+                    }
+                    Ok(out)
+                },
+                r,
+            )
+        })?;
+        let listed: HashSet<String> = read.iter().map(|(s, _)| s.clone()).collect();
+        for (stream, p) in read {
+            match p {
+                Some(p) => self.adopt_profile(&stream, p),
+                None if self.state.lock().streams.contains_key(&stream) => {
+                    self.adopt_profile(&stream, StateProtocolProfile { touch: None })
+                }
+                None => {}
+            }
+        }
+        if all {
+            let gone: Vec<String> = {
+                let st = self.state.lock();
+                st.streams
+                    .iter()
+                    .filter(|(n, rt)| rt.touch().is_some() && !listed.contains(*n))
+                    .map(|(n, _)| n.clone())
+                    .collect()
+            };
+            for stream in gone {
+                self.adopt_profile(&stream, StateProtocolProfile { touch: None });
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn meta_view(&self, stream: &str, cfg: &TouchConfig) -> Result<TouchMetaView> {
         let name = stream.to_string();
         let (active, state, stream_row) = blocking(|r| {

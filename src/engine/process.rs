@@ -84,6 +84,9 @@ impl Inner {
     /// work remains.
     fn tick(self: &Arc<Self>, full: bool) -> bool {
         let now = wall_ms();
+        if self.opts.profile_poll_ms > 0 {
+            self.poll_profiles(now);
+        }
         let selected: Vec<String> = {
             let mut st = self.state.lock();
             let dirty = std::mem::take(&mut st.dirty);
@@ -176,6 +179,33 @@ impl Inner {
             self.upkeep(now);
         }
         more
+    }
+
+    /// With `profile_poll_ms` (a host saves the profiles): adopts the profile of notified
+    /// streams the engine does not know yet, and re-reads every profile when the poll is due.
+    fn poll_profiles(&self, now: i64) {
+        let (unknown, due) = {
+            let mut st = self.state.lock();
+            let due = now - st.last_profile_poll_ms >= self.opts.profile_poll_ms as i64;
+            if due {
+                st.last_profile_poll_ms = now;
+                st.foreign.clear();
+            }
+            let unknown: Vec<String> =
+                st.dirty.iter().filter(|d| !st.streams.contains_key(*d) && !st.foreign.contains(*d)).cloned().collect();
+            (unknown, due)
+        };
+        if !unknown.is_empty() && self.reload_profiles(Some(unknown.clone())).is_ok() {
+            let mut st = self.state.lock();
+            for u in unknown {
+                if !st.streams.contains_key(&u) {
+                    st.foreign.insert(u);
+                }
+            }
+        }
+        if due {
+            let _ = self.reload_profiles(None);
+        }
     }
 
     /// One batch for one stream (M3–M15). Returns whether rows remain after it.
