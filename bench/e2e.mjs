@@ -798,7 +798,7 @@ async function childMain() {
       journalNotifyWakeupsTotal: metaEnd.journalNotifyWakeupsTotal,
       journalNotifyWakeMsTotal: metaEnd.journalNotifyWakeMsTotal,
       journalNotifyWakeMsMax: metaEnd.journalNotifyWakeMsMax,
-      flushIntervalMsP95Last10S: metaEnd.flushIntervalMsP95Last10S,
+      flushIntervalMsP95Last10s: metaEnd.flushIntervalMsP95Last10s,
       overflowBuckets: metaEnd.overflowBuckets,
       coalesceMs: metaEnd.coalesceMs,
       touchCoalesceWindowMs: metaEnd.touchCoalesceWindowMs,
