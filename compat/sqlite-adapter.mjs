@@ -208,6 +208,8 @@ class SqliteStatementImpl {
     };
     const it = Object.create(IteratorPrototype);
     it.next = () => {
+      // The statement ran for someone else, or was finalized: read() throws.
+      if (state === 1 && (this.#epoch !== epoch || this.#finalized)) read();
       while (at >= buffered.length) {
         if (state === 2) return { value: undefined, done: true };
         read();

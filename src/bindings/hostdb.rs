@@ -334,15 +334,10 @@ impl Call {
     /// reset, so it holds no read transaction between calls.
     fn fill(&self, cur: &mut Cursor<'_>, max_rows: usize, single: bool) -> JsResult<Raw> {
         let slots = slots()?;
-        let columns = cur.column_count();
-        let fit = CELLS.checked_div(columns).unwrap_or(usize::MAX).max(1);
-        let limit = if single {
-            1
-        } else if max_rows == 0 {
-            fit
-        } else {
-            max_rows.min(fit)
-        };
+        // The column count is read after a step: the first step of an execution may re-prepare
+        // the statement after a schema change, and its columns with it.
+        let mut columns = cur.column_count();
+        let mut limit = 1;
         let mut values: Raw = ptr::null_mut();
         let mut rows = 0usize;
         let mut done = false;
@@ -350,6 +345,17 @@ impl Call {
             if !cur.step()? {
                 done = true;
                 break;
+            }
+            if rows == 0 {
+                columns = cur.column_count();
+                let fit = CELLS.checked_div(columns).unwrap_or(usize::MAX).max(1);
+                limit = if single {
+                    1
+                } else if max_rows == 0 {
+                    fit
+                } else {
+                    max_rows.min(fit)
+                };
             }
             let base = rows * columns;
             for c in 0..columns {
@@ -384,6 +390,9 @@ impl Call {
         if single || done {
             cur.reset();
             done = true;
+        }
+        if rows == 0 {
+            columns = cur.column_count();
         }
         let reprepared = cur.reprepare_count();
         // SAFETY: as above.
