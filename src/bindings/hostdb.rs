@@ -267,8 +267,8 @@ impl Call {
     fn bytes_of(&self, v: Raw) -> JsResult<Option<(*const u8, usize)>> {
         let env = self.env;
         let mut is = false;
-        // SAFETY (this block and the ones below): N-API queries on an object of this environment;
-        // the pointers they report stay valid while the object is alive and no JS runs.
+        // SAFETY: N-API queries on an object of this environment (here and below); the pointers
+        // they report stay valid while the object is alive and no JS runs.
         napi(unsafe { sys::napi_is_typedarray(env, v, &mut is) })?;
         if is {
             let (mut kind, mut len, mut data, mut ab, mut off) = (0, 0usize, ptr::null_mut(), ptr::null_mut(), 0usize);
@@ -556,7 +556,7 @@ mod imp {
         let (mut data, mut ab) = (ptr::null_mut::<c_void>(), ptr::null_mut());
         // SAFETY: N-API allocates a zeroed buffer of the given size and reports where.
         napi(unsafe { sys::napi_create_arraybuffer(c.env, std::mem::size_of::<Slots>(), &mut data, &mut ab) })?;
-        if data.is_null() || (data as usize) % std::mem::align_of::<Slots>() != 0 {
+        if data.is_null() || !(data as usize).is_multiple_of(std::mem::align_of::<Slots>()) {
             return Err(Error::Internal("host SQL: the slots buffer is not aligned".into()));
         }
         let mut r = ptr::null_mut();
