@@ -37,6 +37,18 @@ test("exports exactly what the reference adapter exports at runtime", () => {
   setSqliteRuntimeOverride(null);
 });
 
+test("a second copy of the module in the same thread reads correct rows", async () => {
+  const again = await import(`../compat/sqlite-adapter.mjs?copy=${Date.now()}`);
+  assert.notEqual(again.openSqliteDatabase, openSqliteDatabase);
+  const a = openSqliteDatabase(":memory:");
+  const b = again.openSqliteDatabase(":memory:");
+  assert.deepEqual(b.query("SELECT 7 AS v, 'b' AS s").get(), { v: 7, s: "b" });
+  assert.deepEqual(a.query("SELECT 8 AS v, 'a' AS s").get(), { v: 8, s: "a" });
+  assert.deepEqual(b.query("SELECT 9 AS v").all(), [{ v: 9 }]);
+  a.close();
+  b.close();
+});
+
 test("parameters bind with bun:sqlite's types; rows come back typed", () => {
   const db = fresh();
   db.exec("CREATE TABLE t(id INTEGER PRIMARY KEY, v)");

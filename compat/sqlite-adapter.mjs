@@ -162,7 +162,8 @@ class SqliteStatementImpl {
     let values = _sqlAll(this.#h, ...params);
     for (;;) {
       this.#collect(values, out);
-      if (head[H_DONE] === 1) return out;
+      // A call that read no row is the end too (the native side says done then as well).
+      if (head[H_DONE] === 1 || head[H_ROWS] === 0) return out;
       values = _sqlMore(this.#h, 0);
     }
   }
@@ -201,7 +202,7 @@ class SqliteStatementImpl {
         throw e;
       }
       params = null;
-      state = head[H_DONE] === 1 ? 2 : 1;
+      state = head[H_DONE] === 1 || head[H_ROWS] === 0 ? 2 : 1;
       buffered = this.#collect(values, []);
       at = 0;
       if (chunk < ITERATE_MAX_ROWS) chunk *= 2;

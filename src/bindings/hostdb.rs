@@ -64,6 +64,10 @@ thread_local! {
     /// This thread's [`Slots`], inside the ArrayBuffer `_sqlSlots()` made (kept alive by a
     /// reference never released, so for as long as the thread's JS environment).
     static SLOTS: Cell<*mut Slots> = const { Cell::new(ptr::null_mut()) };
+    /// The environment and the reference of that ArrayBuffer, so that a second copy of the JS
+    /// module in the same environment gets the same buffer (with a buffer of its own, the first
+    /// copy's typed arrays would read cells the native side no longer writes).
+    static SLOTS_REF: Cell<(sys::napi_env, sys::napi_ref)> = const { Cell::new((ptr::null_mut(), ptr::null_mut())) };
 }
 
 const MAX_SAFE: f64 = 9_007_199_254_740_991.0;
@@ -553,6 +557,16 @@ mod imp {
 
     /// `_sqlSlots()`: the thread's result slots, as an ArrayBuffer (see [`Slots`]).
     pub fn slots_cb(c: &Call) -> JsResult<Raw> {
+        let (env, r) = SLOTS_REF.with(Cell::get);
+        if env == c.env && !r.is_null() {
+            let mut ab = ptr::null_mut();
+            // SAFETY: `r` is a strong reference made below in this same environment, never
+            // released, so its value is the live buffer.
+            napi(unsafe { sys::napi_get_reference_value(c.env, r, &mut ab) })?;
+            if !ab.is_null() {
+                return Ok(ab);
+            }
+        }
         let (mut data, mut ab) = (ptr::null_mut::<c_void>(), ptr::null_mut());
         // SAFETY: N-API allocates a zeroed buffer of the given size and reports where.
         napi(unsafe { sys::napi_create_arraybuffer(c.env, std::mem::size_of::<Slots>(), &mut data, &mut ab) })?;
@@ -564,6 +578,7 @@ mod imp {
         // as the environment, and only this thread's calls write through the pointer.
         napi(unsafe { sys::napi_create_reference(c.env, ab, 1, &mut r) })?;
         SLOTS.with(|s| s.set(data.cast()));
+        SLOTS_REF.with(|s| s.set((c.env, r)));
         Ok(ab)
     }
 
