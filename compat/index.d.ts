@@ -101,3 +101,6 @@ export declare class TouchProcessorWorkerPool {
   /** `processResult`, throwing a `DurableStreamsError` on error. */
   process(req: ProcessRequest): Promise<ProcessResult>;
 }
+
+/** The server's SQLite adapter (`sqlite/adapter.ts`) on durable-touch's SQLite; also `durable-touch/compat/sqlite-adapter`. */
+export * as sqliteAdapter from "./sqlite-adapter.mjs";

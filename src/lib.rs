@@ -10,6 +10,8 @@
 //! Module map:
 //! - [`error`]: the one error type;
 //! - [`store`]: schema, group-commit writer, readers (the reference's SQLite layout);
+//! - [`hostdb`]: synchronous connections and prepared statements for the host's own SQL (the
+//!   reference server's `sqlite/adapter.ts`, on our SQLite library);
 //! - [`jscompat`]: the JavaScript semantics the reference depends on (JSON.parse, number
 //!   formatting, Date parsing, UTF-16 string order);
 //! - [`keys`]: key derivation;
@@ -26,6 +28,7 @@ pub mod bindings;
 pub mod changes;
 pub mod engine;
 pub mod error;
+pub mod hostdb;
 pub mod journal;
 pub mod jscompat;
 pub mod keys;

@@ -370,6 +370,11 @@ pub fn napi_ok(status: sys::napi_status) -> napi::Result<()> {
 
 /// Builds the JS `Error` for `err`: message, `code`, and the structured details.
 pub fn js_error(env: sys::napi_env, err: &Error) -> sys::napi_value {
+    js_error_with_message(env, err, &err.to_string())
+}
+
+/// [`js_error`] with another message (the host SQL binding passes SQLite's own message).
+pub fn js_error_with_message(env: sys::napi_env, err: &Error, message: &str) -> sys::napi_value {
     let mk_str = |s: &str| {
         let mut v = ptr::null_mut();
         unsafe { sys::napi_create_string_utf8(env, s.as_ptr().cast(), s.len() as isize, &mut v) };
@@ -380,7 +385,7 @@ pub fn js_error(env: sys::napi_env, err: &Error) -> sys::napi_value {
         unsafe { sys::napi_set_property(env, obj, k, value) };
     };
     let mut e = ptr::null_mut();
-    unsafe { sys::napi_create_error(env, mk_str(err.code()), mk_str(&err.to_string()), &mut e) };
+    unsafe { sys::napi_create_error(env, mk_str(err.code()), mk_str(message), &mut e) };
     match err {
         Error::SeqMismatch { expected_next, stream, .. } => {
             let mut v = ptr::null_mut();

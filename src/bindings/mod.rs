@@ -8,7 +8,8 @@
 //! - [`processor`]: the `processRows` function;
 //! - [`journal`]: the `TouchJournal` class and the cursor functions;
 //! - [`engine`]: the `TouchEngine` class;
-//! - [`abort`]: AbortSignal listeners for promise-returning methods.
+//! - [`abort`]: AbortSignal listeners for promise-returning methods;
+//! - [`hostdb`]: the `_sql*` functions behind `compat/sqlite-adapter.mjs` (host SQL).
 //!
 //! No policy lives here: if a function in this module grows an `if` about touches, it belongs
 //! in a core module.
@@ -19,6 +20,7 @@
 
 pub mod abort;
 pub mod engine;
+pub mod hostdb;
 pub mod journal;
 pub mod js;
 pub mod keys;
