@@ -1,7 +1,8 @@
 // The swap command on a copy of the reference server's src/, and the swapped server driven
 // over HTTP like a user (under Bun; the reference is Bun-only), next to the unswapped copy:
-// the same flows give the same visible answers, and the swapped copy really runs the native
-// journal and pool.
+// the same flows give the same visible answers, the swapped copy really runs the native
+// SQLite binding, manager, routes and journal, and it delivers the invalidations the
+// unswapped server loses.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { appendFileSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from "node:fs";
@@ -10,7 +11,8 @@ import { test, tempDir } from "./harness.mjs";
 import { ROOT, REFERENCE_SRC, runReference, referenceAvailable } from "./reference.mjs";
 import { swap, exportedNames } from "../lib/swap.mjs";
 
-const MODULES = ["touch/touch_journal.ts", "touch/worker_pool.ts"];
+const MODULES = ["sqlite/adapter.ts", "touch/touch_journal.ts", "touch/worker_pool.ts", "touch/manager.ts", "profiles/stateProtocol/routes.ts"];
+const swappedLog = (m) => `${m}: swapped to durable-touch/compat${m === "sqlite/adapter.ts" ? "/sqlite-adapter" : ""} (original saved as ${m}.orig)`;
 
 /**
  * A temp folder holding copies of the reference's src/ (one per name) and a node_modules of
@@ -36,9 +38,9 @@ function serverCopies(...names) {
 
 const bytes = (src) => MODULES.map((m) => readFileSync(join(src, m)));
 
-/** Every name the server's other modules import from the two swapped modules. */
+/** Every name the server's other modules import from the swapped modules. */
 function importedNames(src) {
-  const names = { "touch/touch_journal.ts": new Set(), "touch/worker_pool.ts": new Set() };
+  const names = Object.fromEntries(MODULES.map((m) => [m, new Set()]));
   const walk = (d) => {
     for (const e of readdirSync(d, { withFileTypes: true })) {
       const p = join(d, e.name);
@@ -57,44 +59,55 @@ function importedNames(src) {
   return names;
 }
 
-test("swap rewrites exactly the two modules, keeps their export names, is idempotent, and --undo restores them byte for byte", () => {
+test("swap rewrites exactly its five modules, keeps their export names, is idempotent, and --undo restores them byte for byte", () => {
   const { a, b } = serverCopies("a", "b");
   const original = bytes(a);
   const before = readdirSync(join(a, "touch")).sort();
 
   const log = swap(a);
-  assert.deepEqual(log, [
-    "touch/touch_journal.ts: swapped to durable-touch/compat (original saved as touch/touch_journal.ts.orig)",
-    "touch/worker_pool.ts: swapped to durable-touch/compat (original saved as touch/worker_pool.ts.orig)",
-  ]);
-  assert.deepEqual(readdirSync(join(a, "touch")).sort(), [...before, "touch_journal.ts.orig", "worker_pool.ts.orig"].sort());
+  assert.deepEqual(log, MODULES.map(swappedLog));
+  assert.deepEqual(readdirSync(join(a, "touch")).sort(), [...before, "manager.ts.orig", "touch_journal.ts.orig", "worker_pool.ts.orig"].sort());
   MODULES.forEach((m, i) => assert.ok(readFileSync(join(a, `${m}.orig`)).equals(original[i]), `${m}.orig is the original`));
+  // What the rest of the server imports from them, before the swap and after it (the swapped
+  // manager and routes no longer import the journal or the pool; the shims import the adapter).
+  const importedBefore = importedNames(b);
   const imported = importedNames(a);
-  assert.deepEqual([...imported["touch/touch_journal.ts"]].sort(), ["TouchJournal", "TouchJournalIntervalStats", "TouchJournalMeta", "parseTouchCursor"]);
-  assert.deepEqual([...imported["touch/worker_pool.ts"]], ["TouchProcessorWorkerPool"]);
+  const sorted = (set) => [...set].sort();
+  assert.deepEqual(sorted(importedBefore["touch/touch_journal.ts"]), ["TouchJournal", "TouchJournalIntervalStats", "TouchJournalMeta", "parseTouchCursor"]);
+  assert.deepEqual(sorted(imported["touch/touch_journal.ts"]), ["TouchJournalIntervalStats", "TouchJournalMeta"]);
+  assert.deepEqual(sorted(importedBefore["touch/worker_pool.ts"]), ["TouchProcessorWorkerPool"]);
+  assert.deepEqual(sorted(imported["touch/worker_pool.ts"]), []);
+  for (const names of [importedBefore, imported]) {
+    assert.deepEqual(sorted(names["touch/manager.ts"]), ["TouchProcessorManager"]);
+    assert.deepEqual(sorted(names["profiles/stateProtocol/routes.ts"]), ["handleStateProtocolTouchRoute"]);
+  }
+  assert.deepEqual(sorted(imported["sqlite/adapter.ts"]), sorted(importedBefore["sqlite/adapter.ts"]).concat().sort());
+  assert.ok(imported["sqlite/adapter.ts"].has("openSqliteDatabase"));
   for (const m of MODULES) {
     const text = readFileSync(join(a, m), "utf8");
-    assert.match(text, /from "durable-touch\/compat"/);
-    assert.doesNotMatch(text.replace(/^\/\/.*$/gm, ""), /\bclass\b|\bfunction\b/, "only re-exports");
+    assert.match(text, /from "durable-touch\/compat(\/sqlite-adapter)?"/);
+    assert.doesNotMatch(text.replace(/^\/\/.*$/gm, ""), /\bclass\b|\bfunction\b/, "only shims: re-exports and factory calls");
     const exported = exportedNames(text);
-    for (const name of imported[m]) assert.ok(exported.has(name), `${m} still exports ${name}`);
+    for (const name of importedBefore[m]) assert.ok(exported.has(name), `${m} still exports ${name}`);
     // Every export of the original survives (values and types).
     assert.deepEqual([...exported].sort(), [...exportedNames(readFileSync(join(a, `${m}.orig`), "utf8"))].sort());
   }
   // Nothing else in the tree changed.
-  for (const f of readdirSync(join(a, "touch")).filter((f) => !f.includes("touch_journal") && !f.includes("worker_pool"))) {
-    assert.ok(readFileSync(join(a, "touch", f)).equals(readFileSync(join(REFERENCE_SRC, "touch", f))), f);
+  const walk = (d) => readdirSync(d, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(join(d, e.name)) : [join(d, e.name)]));
+  for (const f of walk(a).map((f) => f.slice(a.length + 1)).filter((f) => !MODULES.some((m) => f === m || f === `${m}.orig`))) {
+    assert.ok(readFileSync(join(a, f)).equals(readFileSync(join(REFERENCE_SRC, f))), f);
   }
 
   const swapped = bytes(a);
-  assert.deepEqual(swap(a), ["touch/touch_journal.ts: already swapped (original in touch/touch_journal.ts.orig)", "touch/worker_pool.ts: already swapped (original in touch/worker_pool.ts.orig)"]);
+  const already = MODULES.map((m) => `${m}: already swapped (original in ${m}.orig)`);
+  assert.deepEqual(swap(a), already);
   bytes(a).forEach((buf, i) => assert.ok(buf.equals(swapped[i]), "swapping twice = swapping once"));
-  assert.deepEqual(swap(join(a, "..")), ["touch/touch_journal.ts: already swapped (original in touch/touch_journal.ts.orig)", "touch/worker_pool.ts: already swapped (original in touch/worker_pool.ts.orig)"], "the package root works too");
+  assert.deepEqual(swap(join(a, "..")), already, "the package root works too");
 
-  assert.deepEqual(swap(a, { undo: true }), ["touch/touch_journal.ts: restored the original", "touch/worker_pool.ts: restored the original"]);
+  assert.deepEqual(swap(a, { undo: true }), MODULES.map((m) => `${m}: restored the original`));
   bytes(a).forEach((buf, i) => assert.ok(buf.equals(original[i]), `${MODULES[i]} restored byte for byte`));
   assert.deepEqual(readdirSync(join(a, "touch")).sort(), before);
-  assert.deepEqual(swap(a, { undo: true }), ["touch/touch_journal.ts: not swapped, nothing to undo", "touch/worker_pool.ts: not swapped, nothing to undo"]);
+  assert.deepEqual(swap(a, { undo: true }), MODULES.map((m) => `${m}: not swapped, nothing to undo`));
 
   // The CLI, as `npx durable-touch swap` runs it.
   const cli = (...args) => spawnSync(process.execPath, [join(ROOT, "bin", "durable-touch.mjs"), "swap", ...args], { encoding: "utf8" });
@@ -183,10 +196,23 @@ test("the swapped reference server behaves like the unswapped one over HTTP (cre
   swap(swapped);
   const runPlain = await runReference("swap-app", {}, { env: { APP_SRC: plain } });
   const runSwapped = await runReference("swap-app", {}, { env: { APP_SRC: swapped } });
-  assert.deepEqual(runPlain.uses, { nativeJournal: false, nativePool: false, parseTouchCursor: false });
-  assert.deepEqual(runSwapped.uses, { nativeJournal: true, nativePool: true, parseTouchCursor: true });
+  const uses = (v) => ({ nativeJournal: v, nativePool: v, parseTouchCursor: v, nativeManager: v, nativeRoutes: v, nativeSqlite: v });
+  assert.deepEqual(runPlain.uses, uses(false));
+  assert.deepEqual(runSwapped.uses, uses(true));
   checkRun(runPlain, "unswapped");
   checkRun(runSwapped, "swapped");
   assert.deepEqual(visible(runSwapped), visible(runPlain));
   writeFileSync(join(swapped, "..", "runs.json"), JSON.stringify({ runPlain, runSwapped }));
+}, { timeout: 90_000, skip: !referenceAvailable() });
+
+test("the swapped server delivers the invalidations the unswapped one loses (B1, B2, B4, B5, B6 over HTTP)", async () => {
+  const { plain, swapped } = serverCopies("plain", "swapped");
+  swap(swapped);
+  const lost = await runReference("swap-losses", {}, { env: { APP_SRC: plain } });
+  const kept = await runReference("swap-losses", {}, { env: { APP_SRC: swapped } });
+  // The reference: a budget of 3 keys per batch wakes a few of 40 waiters; the other
+  // scenarios wake none of theirs.
+  assert.ok(lost.B1.filter(Boolean).length <= 5, `unswapped B1: ${lost.B1.filter(Boolean).length} of 40 woken`);
+  for (const b of ["B2", "B4", "B5", "B6"]) assert.ok(lost[b].every((t) => !t), `unswapped ${b}: ${JSON.stringify(lost[b])}`);
+  for (const b of ["B1", "B2", "B4", "B5", "B6"]) assert.ok(kept[b].every(Boolean), `swapped ${b}: ${JSON.stringify(kept[b])}`);
 }, { timeout: 90_000, skip: !referenceAvailable() });

@@ -6,7 +6,8 @@
 //
 // `serve` (the default) starts the Live HTTP server; SIGINT/SIGTERM close it cleanly
 // (pending waits are answered, the store is closed). `swap` rewrites the reference server's
-// touch journal and worker pool modules into re-exports of durable-touch/compat.
+// SQLite adapter, touch manager, touch routes, touch journal and worker pool modules into
+// shims over durable-touch/compat (lib/swap.mjs).
 const argv = process.argv.slice(2);
 const command = argv[0] && !argv[0].startsWith("--") ? argv.shift() : "serve";
 const flag = (name) => {

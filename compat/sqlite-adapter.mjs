@@ -111,6 +111,9 @@ export function setSqliteRuntimeOverride(runtime) {
 export function openSqliteDatabase(path) {
   return new SqliteDatabaseImpl(_sqlOpen(path));
 }
+// Marks the opener as durable-touch's: the swapped touch manager opens the server's file with
+// our Store only when the server's connections are ours too (one SQLite library per process).
+openSqliteDatabase[Symbol.for("durable-touch.native")] = true;
 
 class SqliteStatementImpl {
   #h;

@@ -1,9 +1,20 @@
 // `durable-touch swap <server-src> [--undo]`: swaps the native core into a copy of the Prisma
-// Streams server (@prisma/streams-server 0.1.11, TypeScript) by rewriting exactly two modules,
-// `touch/touch_journal.ts` and `touch/worker_pool.ts`, into re-exports of durable-touch/compat
-// with the same export names. The originals are kept next to them as `*.ts.orig`; `--undo`
-// puts them back byte for byte. Swapping twice is swapping once; undoing an unswapped tree
-// changes nothing.
+// Streams server (@prisma/streams-server 0.1.11, TypeScript) by rewriting five modules into
+// small shims over durable-touch/compat with the same export names:
+//
+// - `sqlite/adapter.ts`: the server's SQLite binding becomes ours, so that every SQLite
+//   connection in the process (the server's, its segmenter worker's, the engine's) is one
+//   SQLite library (two libraries on one file break SQLite's POSIX lock bookkeeping);
+// - `touch/manager.ts`: `TouchProcessorManager` on the native engine (event-driven processing,
+//   the engine's policy and no-lost-wake fixes, touches never in JS);
+// - `profiles/stateProtocol/routes.ts`: the touch routes answered by the engine (its atomic
+//   wait), with the reference's statuses and bodies;
+// - `touch/touch_journal.ts`, `touch/worker_pool.ts`: the native journal and pool, for
+//   anything else that imports them.
+//
+// The originals are kept next to them as `*.ts.orig`; `--undo` puts them back byte for byte.
+// Swapping twice is swapping once; undoing an unswapped tree changes nothing; a tree whose
+// modules export anything unexpected is refused untouched.
 import { createRequire } from "node:module";
 import { chmodSync, copyFileSync, existsSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -11,8 +22,18 @@ import { join, resolve } from "node:path";
 const MARKER = "// durable-touch swap:";
 const FROM = "durable-touch/compat";
 
-/** The two modules, with the names the server imports from them (values, then types). */
+/**
+ * The modules, with the names the server imports from them (values, then types), where the
+ * shim imports them from, and for shims that hand the compat factory some of the server's own
+ * helpers, the body that does it.
+ */
 const MODULES = [
+  {
+    path: "sqlite/adapter.ts",
+    values: ["openSqliteDatabase", "getSqliteAdapterRuntimeCounts", "setSqliteRuntimeOverride"],
+    types: ["SqliteDatabase", "SqliteStatement"],
+    from: `${FROM}/sqlite-adapter`,
+  },
   {
     path: "touch/touch_journal.ts",
     values: ["TouchJournal", "formatTouchCursor", "parseTouchCursor"],
@@ -22,6 +43,28 @@ const MODULES = [
     path: "touch/worker_pool.ts",
     values: ["TouchProcessorWorkerPool"],
     types: ["WorkerPoolProcessError"],
+  },
+  {
+    path: "touch/manager.ts",
+    values: ["TouchProcessorManager"],
+    types: ["TouchProcessorManagerMemoryStats", "TouchTopStreamEntry"],
+    body: [
+      `import { openSqliteDatabase } from "../sqlite/adapter";`,
+      `import { LiveMetricsV2 } from "./live_metrics";`,
+      `import { createTouchProcessorManager } from "${FROM}";`,
+      `export const TouchProcessorManager = createTouchProcessorManager({ openSqliteDatabase, LiveMetricsV2 });`,
+      `export type TouchProcessorManager = InstanceType<typeof TouchProcessorManager>;`,
+    ],
+  },
+  {
+    path: "profiles/stateProtocol/routes.ts",
+    values: ["handleStateProtocolTouchRoute"],
+    types: [],
+    body: [
+      `import { getStateProtocolTouchConfig } from "./validation";`,
+      `import { createStateProtocolTouchRoute } from "${FROM}";`,
+      `export const handleStateProtocolTouchRoute = createStateProtocolTouchRoute({ getStateProtocolTouchConfig });`,
+    ],
   },
 ];
 
@@ -41,12 +84,13 @@ export function exportedNames(source) {
 
 function swappedSource(mod, types) {
   const file = mod.path.split("/").pop();
+  const from = mod.from ?? FROM;
   const lines = [
-    `${MARKER} this module re-exports the native core (${FROM}).`,
+    `${MARKER} this module ${mod.body ? "is built by" : "re-exports"} the native core (${from}).`,
     `// The original is saved next to it as ${file}.orig; \`npx durable-touch swap <src> --undo\` restores it.`,
-    `export { ${mod.values.join(", ")} } from "${FROM}";`,
+    ...(mod.body ?? [`export { ${mod.values.join(", ")} } from "${from}";`]),
   ];
-  if (types.length > 0) lines.push(`export type { ${types.join(", ")} } from "${FROM}";`);
+  if (types.length > 0) lines.push(`export type { ${types.join(", ")} } from "${from}";`);
   return lines.join("\n") + "\n";
 }
 
@@ -62,7 +106,7 @@ function sourceDir(target) {
 const isSwapped = (text) => text.startsWith(MARKER);
 
 /**
- * Swaps (or with `undo`, restores) the two modules under `target`. Returns log lines; throws
+ * Swaps (or with `undo`, restores) the modules under `target`. Returns log lines; throws
  * before writing anything when a module is not what this swap expects.
  */
 export function swap(target, { undo = false } = {}) {
@@ -105,7 +149,7 @@ function apply(plan, src) {
     if (p.hasOrig) log.push(`${p.mod.path}: replacing a stale ${p.mod.path}.orig with the current original`);
     copyFileSync(p.file, p.orig); // bytes and mode, so --undo is exact
     writeAtomically(p.file, next);
-    log.push(`${p.mod.path}: swapped to ${FROM} (original saved as ${p.mod.path}.orig)`);
+    log.push(`${p.mod.path}: swapped to ${p.mod.from ?? FROM} (original saved as ${p.mod.path}.orig)`);
   }
   if (!resolvable(src)) {
     log.push(`note: ${FROM} does not resolve from ${src}; install durable-touch in the server's project (npm install durable-touch)`);

@@ -17,6 +17,10 @@ const { MockR2Store } = await import(`${APP}/objectstore/mock_r2.ts`);
 const K = await import(`${APP}/touch/live_keys.ts`);
 const journalModule = await import(`${APP}/touch/touch_journal.ts`);
 const poolModule = await import(`${APP}/touch/worker_pool.ts`);
+const managerModule = await import(`${APP}/touch/manager.ts`);
+const routesModule = await import(`${APP}/profiles/stateProtocol/routes.ts`);
+const adapterModule = await import(`${APP}/sqlite/adapter.ts`);
+const NATIVE = Symbol.for("durable-touch.native");
 const compat = await import(Bun.resolveSync("durable-touch/compat", APP));
 
 const root = mkdtempSync(join(tmpdir(), "dt-swap-app-"));
@@ -159,6 +163,9 @@ output({
     nativeJournal: journalModule.TouchJournal === compat.TouchJournal,
     nativePool: poolModule.TouchProcessorWorkerPool === compat.TouchProcessorWorkerPool,
     parseTouchCursor: journalModule.parseTouchCursor === compat.parseTouchCursor,
+    nativeManager: managerModule.TouchProcessorManager[NATIVE] === true,
+    nativeRoutes: routesModule.handleStateProtocolTouchRoute[NATIVE] === true,
+    nativeSqlite: adapterModule.openSqliteDatabase[NATIVE] === true,
   },
   templateId,
   activated: activate.body,

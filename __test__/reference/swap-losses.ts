@@ -1,0 +1,140 @@
+// The invalidations the reference server loses (docs/deviations.md, Engine table), each driven
+// through a copy of the server's HTTP routes (its src/ at $APP_SRC, swapped or not): one
+// stream per scenario with its own touch config, a template on `tenant`, waits parked on the
+// keys the change concerns, then the change. Output: per scenario, what each wait answered.
+//
+// - B1: a fine budget of 3 per batch, 40 waiters on 40 tenants, one append of 40 inserts;
+// - B2: a lag of 600 rows with restricted mode from 50; an untemplated waiter on one row's key;
+// - B4: a change processed while nobody waits, then a wait from a cursor taken before it;
+// - B5: an update without old_value that moves a row out of the watched tenant, and a delete
+//   without old_value;
+// - B6: a same-tuple update of an array field, watched by its projected-field key.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { output } from "./common.ts";
+
+const APP = process.env.APP_SRC!;
+const { createApp } = await import(`${APP}/app.ts`);
+const { loadConfig } = await import(`${APP}/config.ts`);
+const { MockR2Store } = await import(`${APP}/objectstore/mock_r2.ts`);
+const K = await import(`${APP}/touch/live_keys.ts`);
+
+const root = mkdtempSync(join(tmpdir(), "dt-swap-losses-"));
+const cfg = { ...loadConfig(), rootDir: root, dbPath: `${root}/wal.sqlite`, port: 0 };
+const app = createApp(cfg, new MockR2Store());
+const server = Bun.serve({ hostname: "127.0.0.1", port: 0, idleTimeout: 60, fetch: app.fetch });
+const base = `http://127.0.0.1:${server.port}`;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const WAIT_MS = 3500;
+
+async function call(path: string, method = "GET", json?: unknown): Promise<any> {
+  const headers = { "content-type": "application/json" };
+  const init: RequestInit = json === undefined ? { method, headers } : { method, headers, body: JSON.stringify(json) };
+  const res = await fetch(base + path, init);
+  const text = await res.text();
+  if (res.status >= 300) throw new Error(`${method} ${path}: ${res.status} ${text}`);
+  return text === "" ? null : JSON.parse(text);
+}
+
+const ENTITY = "public.todos";
+const templateId = K.templateIdFor(ENTITY, ["tenant"]);
+const row = (i: number, tenant: string, extra: Record<string, unknown> = {}) => ({ id: String(i), tenant, title: `t${i}`, ...extra });
+const insert = (r: any) => ({ type: ENTITY, key: r.id, value: r, headers: { operation: "insert" } });
+
+/** A stream with a touch profile and the template on `tenant`; resolves its current cursor. */
+async function stream(name: string, touch: Record<string, unknown>) {
+  await call(`/v1/stream/${name}`, "PUT");
+  await call(`/v1/stream/${name}/_profile`, "POST", { apiVersion: "durable.streams/profile/v1", profile: { kind: "state-protocol", touch: { enabled: true, ...touch } } });
+  await call(`/v1/stream/${name}/touch/templates/activate`, "POST", { templates: [{ entity: ENTITY, fields: [{ name: "tenant", encoding: "string" }] }] });
+  const meta = await call(`/v1/stream/${name}/touch/meta?settle=flush&timeoutMs=3000`);
+  return meta.cursor as string;
+}
+
+const wait = (name: string, body: Record<string, unknown>) =>
+  call(`/v1/stream/${name}/touch/wait`, "POST", { timeoutMs: WAIT_MS, ...body }).then((r) => (process.env.DEBUG ? console.error(name, JSON.stringify(r)) : 0, Boolean(r.touched)));
+/** Appends; resolves the `stream-next-offset` the server answered. */
+async function append(name: string, records: unknown[]): Promise<string> {
+  const res = await fetch(`${base}/v1/stream/${name}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(records) });
+  await res.text();
+  if (res.status >= 300) throw new Error(`append ${name}: ${res.status}`);
+  return res.headers.get("stream-next-offset")!;
+}
+
+/** Resolves once the touch processor has scanned through `nextOffset` (meta's walScannedThrough). */
+async function processed(name: string, nextOffset: string) {
+  for (let i = 0; i < 500; i++) {
+    if ((await call(`/v1/stream/${name}/touch/meta`)).walScannedThrough === nextOffset) return;
+    await sleep(10);
+  }
+  throw new Error(`${name}: not processed through ${nextOffset}`);
+}
+
+/** Inserts `rows` while a wait on `keys` is parked, so they are processed with fine demand and
+ * flushed; resolves the cursor that wait returns (it covers the inserts). */
+async function seeded(name: string, cursor: string, rows: any[], keys: string[]) {
+  const w = call(`/v1/stream/${name}/touch/wait`, "POST", { cursor, keys, templateIdsUsed: [templateId], timeoutMs: WAIT_MS });
+  await sleep(100);
+  await append(name, rows.map(insert));
+  const r = await w;
+  if (!r.touched) throw new Error(`${name}: the seeding inserts did not wake their wait`);
+  return r.cursor as string;
+}
+const watch = (tenant: string) => K.watchKeyFor(templateId, [tenant]);
+
+async function b1() {
+  const cursor = await stream("b1", { fineTouchBudgetPerBatch: 3 });
+  const tenants = Array.from({ length: 40 }, (_, i) => `tenant-${i}`);
+  const waits = tenants.map((t) => wait("b1", { cursor, keys: [watch(t)], templateIdsUsed: [templateId] }));
+  await sleep(100);
+  await append("b1", tenants.map((t, i) => insert(row(i, t))));
+  return Promise.all(waits);
+}
+
+async function b2() {
+  const cursor = await stream("b2", { lagDegradeFineTouchesAtSourceOffsets: 50, lagRecoverFineTouchesAtSourceOffsets: 10 });
+  const w = wait("b2", { cursor, keys: [watch("t-target")] });
+  await sleep(100);
+  await append("b2", Array.from({ length: 600 }, (_, i) => insert(row(i, i === 300 ? "t-target" : `t${i % 7}`))));
+  return [await w];
+}
+
+async function b4() {
+  const cursor = await stream("b4", {});
+  await processed("b4", await append("b4", [insert(row(1, "t-early"))]));
+  await sleep(300); // and flushed
+  return Promise.all([
+    wait("b4", { cursor, keys: [watch("t-early")] }),
+    wait("b4", { cursor, keys: [watch("t-early")], templateIdsUsed: [templateId] }),
+  ]);
+}
+
+async function b5() {
+  const cursor0 = await stream("b5", {});
+  const cursor = await seeded("b5", cursor0, [row(1, "t-a"), row(2, "t-d")], [watch("t-a"), watch("t-d")]);
+  const moved = [wait("b5", { cursor, keys: [watch("t-a")] }), wait("b5", { cursor, keys: [watch("t-a")], templateIdsUsed: [templateId] })];
+  const deleted = [wait("b5", { cursor, keys: [watch("t-d")] }), wait("b5", { cursor, keys: [watch("t-d")], templateIdsUsed: [templateId] })];
+  await sleep(100);
+  await append("b5", [
+    { type: ENTITY, key: "1", value: row(1, "t-b"), headers: { operation: "update" } },
+    { type: ENTITY, key: "2", headers: { operation: "delete" } },
+  ]);
+  return Promise.all([...moved, ...deleted]);
+}
+
+async function b6() {
+  const cursor0 = await stream("b6", {});
+  const cursor = await seeded("b6", cursor0, [row(1, "t-p", { tags: ["x"] })], [watch("t-p")]);
+  const key = K.projectedFieldKeyFor(templateId, "tags", ["t-p"]);
+  const w = wait("b6", { cursor, keys: [key], templateIdsUsed: [templateId] });
+  await sleep(100);
+  await append("b6", [{ type: ENTITY, key: "1", value: row(1, "t-p", { tags: ["x", "y"] }), old_value: row(1, "t-p", { tags: ["x"] }), headers: { operation: "update" } }]);
+  return [await w];
+}
+
+const [B1, B2, B4, B5, B6] = await Promise.all([b1(), b2(), b4(), b5(), b6()]);
+server.stop(true);
+await app.close();
+rmSync(root, { recursive: true, force: true });
+output({ B1, B2, B4, B5, B6 });
+process.stdout.write("", () => process.exit(0));
