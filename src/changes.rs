@@ -126,6 +126,8 @@ pub type Entries<'a> = smallvec::SmallVec<[(Cow<'a, [u8]>, Scalar<'a>); 8]>;
 pub struct RowChange<'a> {
     /// `type`, untrimmed, decoded (WTF-8).
     pub entity: Cow<'a, [u8]>,
+    /// `key`, decoded (WTF-8).
+    pub key: Cow<'a, [u8]>,
     pub op: Op,
     pub before: Image<'a>,
     pub after: Image<'a>,
@@ -222,10 +224,11 @@ fn read_top<'a>(sc: &mut Scanner<'a>, capture_images: bool) -> Result<Record<'a>
     let Some(Scalar::String(ty)) = ty else { return Ok(Record::NoChange) };
     let Some(Scalar::String(key)) = key else { return Ok(Record::NoChange) };
     let entity = ty.decode();
-    if is_blank(&entity) || is_blank(&key.decode()) {
+    let key = key.decode();
+    if is_blank(&entity) || is_blank(&key) {
         return Ok(Record::NoChange);
     }
-    Ok(Record::Change(RowChange { entity, op, before, after }))
+    Ok(Record::Change(RowChange { entity, key, op, before, after }))
 }
 
 fn read_headers<'a>(sc: &mut Scanner<'a>) -> Result<Headers<'a>, SyntaxError> {

@@ -18,7 +18,7 @@ use crate::engine::{profile, templates, touch_late_templates, Inner};
 use crate::error::{Error, Result};
 use crate::journal::{wall_ms, Touch as JournalTouch};
 use crate::processor::source::{read_active_templates, read_batch_rows};
-use crate::processor::{process_row_refs, Granularity, Mode, ProcessRequest, ProcessResult, TouchSettings};
+use crate::processor::{process_row_refs_tracked, Granularity, Mode, ProcessRequest, ProcessResult, TouchSettings};
 use crate::spec::TouchConfig;
 use crate::store::{blocking, STREAM_FLAG_DELETED};
 
@@ -310,12 +310,19 @@ impl Inner {
             return Ok(new_through < to);
         }
 
+        // The tuples the stream's rows were last seen in (B5 without the template key): taken
+        // while the batch runs (the stream is busy, so no other batch reads it), given back with
+        // what the kept batch saw. On an error it is lost, which is safe: a row not remembered
+        // falls back to the template key.
+        let memory =
+            self.state.lock().streams.get_mut(name).map(|rt| std::mem::take(&mut rt.tuples)).unwrap_or_default();
+
         // B1: run the batch within the fine budget, cutting it short rather than dropping.
         let mut result;
         let mut split = false;
         loop {
             let req = self.request(name, cfg, from, to, &plan, rows.len());
-            result = process_row_refs(&req, rows.len(), rows.iter(), &templates_rows)?;
+            result = process_row_refs_tracked(&req, rows.len(), rows.iter(), &templates_rows, &memory)?;
             if !(plan.granularity == Granularity::Key && result.stats.fine_touches_suppressed_due_to_budget) {
                 break;
             }
@@ -331,9 +338,16 @@ impl Inner {
             coarse.granularity = Granularity::Template;
             coarse.budget = None;
             let req = self.request(name, cfg, from, to, &coarse, 1);
-            result = process_row_refs(&req, rows.len(), rows.iter(), &templates_rows)?;
+            result = process_row_refs_tracked(&req, rows.len(), rows.iter(), &templates_rows, &memory)?;
             result.stats.fine_touches_suppressed_due_to_budget = true;
             break;
+        }
+        let mut memory = memory;
+        if let Some(changes) = result.tuples.take() {
+            memory.apply(changes);
+        }
+        if let Some(rt) = self.state.lock().streams.get_mut(name) {
+            rt.tuples = memory;
         }
         let processed_through = result.processed_through;
         let remaining = (to - processed_through).max(0);

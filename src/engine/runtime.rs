@@ -5,6 +5,7 @@ use crate::engine::hot::{HotLimits, HotSnapshot, HotState};
 use crate::engine::policy::{FailureBackoff, FineTokens, LagHysteresis, RestrictedBucket, WalGcPacer};
 use crate::engine::wait::TouchMode;
 use crate::journal::{Journal, JournalOptions};
+use crate::processor::tuples::TupleMemory;
 use crate::spec::{StateProtocolProfile, TouchConfig};
 
 /// Counters since the engine opened (M15, M21; the reference's `StreamRuntimeTotals`).
@@ -54,6 +55,8 @@ pub struct StreamRt {
     pub late_templates: Vec<u32>,
     /// Fine touches per row seen lately, to size batches within the fine budget.
     pub fine_per_row: f64,
+    /// The tuples the stream's rows were last seen in (complete mode, B5).
+    pub tuples: TupleMemory,
 }
 
 impl StreamRt {
@@ -76,6 +79,7 @@ impl StreamRt {
             busy: false,
             late_templates: Vec::new(),
             fine_per_row: 0.0,
+            tuples: TupleMemory::default(),
         }
     }
 

@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
+use super::tuples::{row_id, Known, RowTuples, TupleMemory, TupleView};
 use super::{
     Granularity, Plan, ProcessRequest, ProcessResult, ProcessStats, Row, RowBuffer, RowRef, TemplateRow, Touch,
     TouchKind,
@@ -291,6 +292,8 @@ struct Batch<'p> {
     exhausted: bool,
     stats: ProcessStats,
     hasher: KeyHasher,
+    /// Complete mode with a memory: the tuples rows were last seen in, and this batch's.
+    tuples: Option<TupleView<'p>>,
 }
 
 /// Runs one batch over `rows` (ascending offsets; rows outside the request's range are
@@ -319,7 +322,28 @@ pub(crate) fn process_with<'r>(
     templates: &[TemplateRow],
     switches: Option<Switches>,
 ) -> Result<ProcessResult> {
-    run(request, count, templates, switches, |take| {
+    run(request, count, templates, switches, None, |take| {
+        for row in rows {
+            if !take(row)? {
+                break;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// [`process_row_refs`] in complete mode with the stream's [`TupleMemory`]: a change whose
+/// record does not name the tuple a row leaves gets that tuple's keys when the memory knows
+/// it. The result's `tuples` says what the batch saw, for the caller to apply to the memory
+/// if it keeps the batch.
+pub fn process_row_refs_tracked<'r>(
+    request: &ProcessRequest,
+    count: usize,
+    rows: impl IntoIterator<Item = RowRef<'r>>,
+    templates: &[TemplateRow],
+    memory: &TupleMemory,
+) -> Result<ProcessResult> {
+    run(request, count, templates, None, Some(memory), |take| {
         for row in rows {
             if !take(row)? {
                 break;
@@ -341,7 +365,7 @@ pub fn process_chunks(
 ) -> Result<ProcessResult> {
     let mut chunks = chunks.into_iter();
     let mut input_error = None;
-    let result = run(request, count, templates, None, |take| {
+    let result = run(request, count, templates, None, None, |take| {
         for chunk in chunks.by_ref() {
             let chunk = match chunk {
                 Ok(chunk) => chunk,
@@ -375,10 +399,14 @@ fn run(
     count: usize,
     templates: &[TemplateRow],
     switches: Option<Switches>,
+    memory: Option<&TupleMemory>,
     feed: impl FnOnce(&mut dyn FnMut(RowRef<'_>) -> Result<bool>) -> Result<()>,
 ) -> Result<ProcessResult> {
     let plan = request.plan()?;
     let mut batch = Batch::new(&plan, if plan.emit_fine { templates } else { &[] });
+    if plan.complete {
+        batch.tuples = memory.map(|memory| TupleView { memory, changes: Default::default() });
+    }
     if let Some(s) = switches {
         batch.switches = Switches { defer_at: s.defer_at.max(1), record_limit: s.record_limit.max(1), ..s };
     }
@@ -427,6 +455,9 @@ fn run(
             Record::Change(change) => change,
             Record::NoChange if plan.complete && is_control_record(&decode_payload(row.payload)) => {
                 batch.stats.control_records += 1.0;
+                if let Some(t) = &mut batch.tuples {
+                    t.changes.clear();
+                }
                 return Ok(true);
             }
             _ => return Ok(true),
@@ -489,6 +520,7 @@ impl<'p> Batch<'p> {
             exhausted: plan.budget.is_some_and(|b| b <= 0.0),
             stats: ProcessStats::default(),
             hasher: KeyHasher::default(),
+            tuples: None,
         };
         // P3.
         for row in rows {
@@ -702,6 +734,10 @@ impl<'p> Batch<'p> {
                 ts,
             );
         }
+        if !plan.emit_fine || self.exhausted || !has_templates || plan.hot_templates_only {
+            // The change's tuples are not computed: whatever the memory knew of the row is stale.
+            self.forget_row(entity, ch);
+        }
         if !plan.emit_fine || self.exhausted {
             return Ok(());
         }
@@ -728,6 +764,14 @@ impl<'p> Batch<'p> {
         result
     }
 
+    /// Complete mode with a memory: what the memory knew of the change's row no longer holds.
+    fn forget_row(&mut self, entity: u32, ch: &RowChange<'_>) {
+        if let Some(view) = &mut self.tuples {
+            let row = row_id(self.entity_names[entity as usize].as_bytes(), &ch.key);
+            view.changes.set(row, None);
+        }
+    }
+
     fn templates_for_change<'a>(
         &mut self,
         ch: &RowChange<'a>,
@@ -738,8 +782,14 @@ impl<'p> Batch<'p> {
     ) -> Result<()> {
         // The changed fields of a same-tuple update, computed once for all templates (P7).
         let mut changed: Option<Vec<Cow<'a, [u8]>>> = None;
+        // Complete mode with a memory: the row, and its tuples after this change (all of them
+        // known only if every template's keys were computed).
+        let row = self.tuples.is_some().then(|| row_id(self.entity_names[entity as usize].as_bytes(), &ch.key));
+        let mut after: RowTuples = RowTuples::new();
+        let mut all_computed = true;
         for &t in tpls {
             if self.exhausted {
+                all_computed = false;
                 break;
             }
             let tpl = &self.templates[t];
@@ -756,16 +806,26 @@ impl<'p> Batch<'p> {
                 template: Some(tpl_index),
             };
             if self.plan.granularity == Granularity::Template {
+                all_computed = false;
                 self.queue(template_touch(template_key_id, None), ts);
                 if self.exhausted {
                     break;
                 }
                 continue;
             }
+            let bits = tpl.bits;
+            let remembered = match (&self.tuples, row) {
+                (Some(view), Some(row)) => view.known(row, bits),
+                _ => None,
+            };
             let mut watch = KeySet::default();
             let mut membership = KeySet::default();
             let mut projected = KeySet::default();
-            let keyed = self.keys_for_template(ch, t, &mut watch, &mut membership, &mut projected, &mut changed)?;
+            let keyed =
+                self.keys_for_template(ch, t, remembered, &mut watch, &mut membership, &mut projected, &mut changed)?;
+            if let Some(known) = keyed.after_known {
+                after.push((bits, known));
+            }
             if self.plan.complete && !keyed.covers(ch.op) {
                 // B5: the change concerns tuples its images do not name (an image is missing,
                 // lacks a field, or holds a null or unencodable value there); the template key
@@ -785,16 +845,23 @@ impl<'p> Batch<'p> {
                 }
             }
         }
+        if let (Some(view), Some(row)) = (&mut self.tuples, row) {
+            let known = all_computed && !self.exhausted && ch.op != Op::Delete;
+            view.changes.set(row, known.then_some(after));
+        }
         Ok(())
     }
 
     /// P6: the watch, membership and projected-field keys one template derives from a change;
-    /// returns which images had args for the template.
+    /// returns which images had args for the template. Complete mode: `remembered` is what the
+    /// row's last change left it as (the tuple memory), used when the record does not name the
+    /// tuple the row leaves.
     #[allow(clippy::too_many_arguments)]
     fn keys_for_template<'a>(
         &mut self,
         ch: &RowChange<'a>,
         t: usize,
+        remembered: Option<Known>,
         watch: &mut KeySet,
         membership: &mut KeySet,
         projected: &mut KeySet,
@@ -807,12 +874,30 @@ impl<'p> Batch<'p> {
         let after_keys = after_args.as_ref().map(|a| h.watch_and_membership(tpl.bits, a));
         let before_keys = before_args.as_ref().map(|a| h.watch_and_membership(tpl.bits, a));
         let (watch_after, member_after) = (after_keys.map(|k| k.0), after_keys.map(|k| k.1));
-        let (watch_before, member_before) = (before_keys.map(|k| k.0), before_keys.map(|k| k.1));
         let complete = self.plan.complete;
-        let keyed = Keyed {
+        let mut keyed = Keyed {
             before: Tuple::of(&ch.before, tpl, before_args.is_some(), complete),
             after: Tuple::of(&ch.after, tpl, after_args.is_some(), complete),
+            after_known: match (after_keys, Tuple::of(&ch.after, tpl, after_args.is_some(), complete)) {
+                (Some((w, m)), _) => Some(Known::Keys { watch: w, membership: m }),
+                (None, Tuple::None) => Some(Known::NoTuple),
+                _ => None,
+            },
         };
+        // The record does not name the tuple the row leaves; the memory may (not when the
+        // stream demands old_value: that error is the stream's configuration).
+        let mut before_keys = before_keys;
+        let mut from_memory = false;
+        if keyed.before == Tuple::Unknown && self.plan.on_missing_before != OnMissingBefore::Error {
+            match remembered {
+                Some(Known::Keys { watch, membership }) => {
+                    (before_keys, keyed.before, from_memory) = (Some((watch, membership)), Tuple::Args, true);
+                }
+                Some(Known::NoTuple) => keyed.before = Tuple::None,
+                None => {}
+            }
+        }
+        let (watch_before, member_before) = (before_keys.map(|k| k.0), before_keys.map(|k| k.1));
         match ch.op {
             Op::Insert => {
                 watch.set_opt(watch_after);
@@ -834,12 +919,21 @@ impl<'p> Batch<'p> {
                             } else if watch_after == Some(wb) {
                                 // Same tuple: one projected key per changed field (P7).
                                 if let Some(args) = &after_args {
-                                    let changed = changed.get_or_insert_with(|| {
-                                        changed_projected_field_names(&ch.before, &ch.after, self.plan.complete)
-                                    });
-                                    for name in changed.iter() {
-                                        if !tpl.fields.iter().any(|f| f.as_bytes() == &**name) {
-                                            projected.set(h.projected(tpl.bits, name, args));
+                                    if from_memory {
+                                        // The fields' old values are not known: every field.
+                                        for (name, _) in ch.after.own_entries() {
+                                            if !tpl.fields.iter().any(|f| f.as_bytes() == &*name) {
+                                                projected.set(h.projected(tpl.bits, &name, args));
+                                            }
+                                        }
+                                    } else {
+                                        let changed = changed.get_or_insert_with(|| {
+                                            changed_projected_field_names(&ch.before, &ch.after, self.plan.complete)
+                                        });
+                                        for name in changed.iter() {
+                                            if !tpl.fields.iter().any(|f| f.as_bytes() == &**name) {
+                                                projected.set(h.projected(tpl.bits, name, args));
+                                            }
                                         }
                                     }
                                 }
@@ -911,6 +1005,7 @@ impl<'p> Batch<'p> {
             entities: self.entity_names,
             template_ids: self.template_ids,
             stats,
+            tuples: self.tuples.map(|view| view.changes),
         }
     }
 }
@@ -920,7 +1015,7 @@ fn is_structured(f: Field<'_>) -> bool {
 }
 
 /// What an image says of a row's tuple for one template (P6).
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Tuple {
     /// It yielded args: the row is in that tuple.
     Args,
@@ -952,11 +1047,13 @@ impl Tuple {
     }
 }
 
-/// What a change's images say of its tuples for one template.
+/// What a change's images (or the tuple memory) say of its tuples for one template.
 #[derive(Clone, Copy)]
 struct Keyed {
     before: Tuple,
     after: Tuple,
+    /// The row's tuple after the change, for the tuple memory (`None`: cannot be told).
+    after_known: Option<Known>,
 }
 
 impl Keyed {

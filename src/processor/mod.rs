@@ -8,7 +8,9 @@
 //!   failing alone (P13, P14);
 //! - [`source`]: reading a batch's rows and active templates from the native [`Store`]
 //!   (P3's query, S10's range read).
-//! - [`packed`]: a result's touches as columns (the bindings' `output: "packed"`).
+//! - [`packed`]: a result's touches as columns (the bindings' `output: "packed"`);
+//! - [`tuples`]: the tuples rows were last seen in, which complete mode reads to name the
+//!   tuple a change leaves when its record does not.
 //!
 //! [`Store`]: crate::store::Store
 
@@ -16,6 +18,7 @@ pub mod batch;
 pub mod packed;
 pub mod pool;
 pub mod source;
+pub mod tuples;
 
 use crate::error::{Error, Result};
 use crate::jscompat::json::{self, Value};
@@ -23,7 +26,7 @@ use crate::jscompat::number::js_max;
 use crate::jscompat::string::JsString;
 use crate::spec::{OnMissingBefore, TouchConfig};
 
-pub use batch::{process_chunks, process_row_refs, process_rows};
+pub use batch::{process_chunks, process_row_refs, process_row_refs_tracked, process_rows};
 
 /// One WAL row.
 #[derive(Debug, Clone, PartialEq)]
@@ -463,6 +466,9 @@ pub struct ProcessResult {
     pub entities: Vec<JsString>,
     pub template_ids: Vec<String>,
     pub stats: ProcessStats,
+    /// With a [`tuples::TupleMemory`] ([`process_row_refs_tracked`]): what the batch saw of
+    /// its rows' tuples, for the memory if the batch is kept.
+    pub tuples: Option<tuples::TupleChanges>,
 }
 
 impl ProcessResult {

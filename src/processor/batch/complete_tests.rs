@@ -114,3 +114,133 @@ fn control_records_are_counted_only_in_complete_mode() {
     assert_eq!(run(&rows, true).stats.control_records, 2.0);
     assert_eq!(hex16(template_key(0)).len(), 16);
 }
+
+#[test]
+fn the_tuple_memory_names_the_tuple_a_row_leaves_when_the_record_does_not() {
+    use crate::processor::tuples::TupleMemory;
+    let bits = 0x87e4_1f4a_8d44_0298;
+    let watch = |a: &str, s: &str| key_id(crate::keys::watch_key(bits, &[a, s]));
+    let member = |a: &str, s: &str| key_id(crate::keys::membership_key(bits, &[a, s]));
+    let mut memory = TupleMemory::new(1000);
+    let batch = |rows: &[Row], memory: &mut TupleMemory| {
+        let mut req = p17_request();
+        req.complete = true;
+        req.from_offset = rows[0].offset;
+        req.to_offset = rows[rows.len() - 1].offset;
+        let mut r = process_row_refs_tracked(&req, rows.len(), rows.iter().map(Row::as_ref), &[p17_template()], memory)
+            .unwrap();
+        memory.apply(r.tuples.take().unwrap());
+        r
+    };
+    batch(
+        &[row(
+            0,
+            r#"{"type":"public.posts","key":"1","value":{"authorId":1,"status":"a"},"headers":{"operation":"insert"}}"#,
+        )],
+        &mut memory,
+    );
+    assert_eq!(memory.len(), 1);
+    // An update without old_value: the memory says the row was in (1, a).
+    let moved = batch(
+        &[row(
+            1,
+            r#"{"type":"public.posts","key":"1","value":{"authorId":2,"status":"a"},"headers":{"operation":"update"}}"#,
+        )],
+        &mut memory,
+    );
+    for k in [watch("1", "a"), member("1", "a"), watch("2", "a"), member("2", "a")] {
+        assert!(has_key(&moved, k), "{k}");
+    }
+    assert!(!has_key(&moved, TK), "no template key");
+    assert_eq!(moved.stats.uncovered_changes, 0.0);
+    // Within one batch: the second update without old_value sees the first's after tuple,
+    // and a same-tuple update fires projected keys for the fields it holds.
+    let two = batch(
+        &[
+            row(
+                2,
+                r#"{"type":"public.posts","key":"1","value":{"authorId":3,"status":"a"},"headers":{"operation":"update"}}"#,
+            ),
+            row(
+                3,
+                r#"{"type":"public.posts","key":"1","value":{"authorId":3,"status":"a","title":"x"},"headers":{"operation":"update"}}"#,
+            ),
+        ],
+        &mut memory,
+    );
+    assert!(has_key(&two, watch("2", "a")) && has_key(&two, watch("3", "a")) && !has_key(&two, TK));
+    assert!(has_key(&two, key_id(crate::keys::projected_field_key(bits, b"title", &["3", "a"]))));
+    // A delete without old_value leaves the tuple it names; the row is forgotten after.
+    let deleted =
+        batch(&[row(4, r#"{"type":"public.posts","key":"1","headers":{"operation":"delete"}}"#)], &mut memory);
+    assert!(has_key(&deleted, watch("3", "a")) && has_key(&deleted, member("3", "a")) && !has_key(&deleted, TK));
+    assert!(memory.is_empty());
+    // A row the memory does not know, and any row after a reset: the template key.
+    let unknown = batch(
+        &[row(
+            5,
+            r#"{"type":"public.posts","key":"9","value":{"authorId":1,"status":"a"},"headers":{"operation":"update"}}"#,
+        )],
+        &mut memory,
+    );
+    assert!(has_key(&unknown, TK));
+    batch(
+        &[row(
+            6,
+            r#"{"type":"public.posts","key":"7","value":{"authorId":1,"status":"a"},"headers":{"operation":"insert"}}"#,
+        )],
+        &mut memory,
+    );
+    let reset = batch(
+        &[
+            row(7, r#"{"headers":{"control":"reset"}}"#),
+            row(
+                8,
+                r#"{"type":"public.posts","key":"7","value":{"authorId":2,"status":"a"},"headers":{"operation":"update"}}"#,
+            ),
+        ],
+        &mut memory,
+    );
+    assert!(has_key(&reset, TK), "forgotten by the reset");
+    // Without complete mode the memory is not read (the reference's output).
+    let mut req = p17_request();
+    req.from_offset = 9;
+    req.to_offset = 9;
+    let rows = [row(
+        9,
+        r#"{"type":"public.posts","key":"7","value":{"authorId":3,"status":"a"},"headers":{"operation":"update"}}"#,
+    )];
+    let plain = process_row_refs_tracked(&req, 1, rows.iter().map(Row::as_ref), &[p17_template()], &memory).unwrap();
+    assert_eq!(plain.touches, run(&rows, false).touches);
+    assert!(plain.tuples.is_none());
+}
+
+#[test]
+fn a_row_changed_in_a_coarsened_batch_is_forgotten() {
+    use crate::processor::tuples::TupleMemory;
+    let mut memory = TupleMemory::new(1000);
+    let insert = [row(
+        0,
+        r#"{"type":"public.posts","key":"1","value":{"authorId":1,"status":"a"},"headers":{"operation":"insert"}}"#,
+    )];
+    let mut req = p17_request();
+    req.complete = true;
+    req.from_offset = 0;
+    req.to_offset = 0;
+    let mut r = process_row_refs_tracked(&req, 1, insert.iter().map(Row::as_ref), &[p17_template()], &memory).unwrap();
+    memory.apply(r.tuples.take().unwrap());
+    assert_eq!(memory.len(), 1);
+    // The same row changes while the stream is restricted: its new tuple is not computed.
+    let update = [row(
+        1,
+        r#"{"type":"public.posts","key":"1","value":{"authorId":2,"status":"a"},"old_value":{"authorId":1,"status":"a"},"headers":{"operation":"update"}}"#,
+    )];
+    let mut req = p17_request();
+    req.complete = true;
+    req.from_offset = 1;
+    req.to_offset = 1;
+    req.fine_granularity = Granularity::Template;
+    let mut r = process_row_refs_tracked(&req, 1, update.iter().map(Row::as_ref), &[p17_template()], &memory).unwrap();
+    memory.apply(r.tuples.take().unwrap());
+    assert!(memory.is_empty(), "a stale tuple would name the wrong one later");
+}
