@@ -11,8 +11,13 @@ import { test, tempDir } from "./harness.mjs";
 import { ROOT, REFERENCE_SRC, runReference, referenceAvailable } from "./reference.mjs";
 import { swap, exportedNames } from "../lib/swap.mjs";
 
-const MODULES = ["sqlite/adapter.ts", "touch/touch_journal.ts", "touch/worker_pool.ts", "touch/manager.ts", "profiles/stateProtocol/routes.ts"];
-const swappedLog = (m) => `${m}: swapped to durable-touch/compat${m === "sqlite/adapter.ts" ? "/sqlite-adapter" : ""} (original saved as ${m}.orig)`;
+const MODULES = ["sqlite/adapter.ts", "touch/touch_journal.ts", "touch/worker_pool.ts", "touch/manager.ts", "profiles/stateProtocol/routes.ts", "profiles/profile.ts"];
+/** Modules the swap patches (one function) rather than replaces. */
+const PATCHED = ["profiles/profile.ts"];
+const swappedLog = (m) =>
+  PATCHED.includes(m)
+    ? `${m}: patched to use durable-touch/compat (original saved as ${m}.orig)`
+    : `${m}: swapped to durable-touch/compat${m === "sqlite/adapter.ts" ? "/sqlite-adapter" : ""} (original saved as ${m}.orig)`;
 
 /**
  * A temp folder holding copies of the reference's src/ (one per name) and a node_modules of
@@ -59,7 +64,7 @@ function importedNames(src) {
   return names;
 }
 
-test("swap rewrites exactly its five modules, keeps their export names, is idempotent, and --undo restores them byte for byte", () => {
+test("swap rewrites exactly its six modules, keeps their export names, is idempotent, and --undo restores them byte for byte", () => {
   const { a, b } = serverCopies("a", "b");
   const original = bytes(a);
   const before = readdirSync(join(a, "touch")).sort();
@@ -83,7 +88,14 @@ test("swap rewrites exactly its five modules, keeps their export names, is idemp
   }
   assert.deepEqual(sorted(imported["sqlite/adapter.ts"]), sorted(importedBefore["sqlite/adapter.ts"]).concat().sort());
   assert.ok(imported["sqlite/adapter.ts"].has("openSqliteDatabase"));
-  for (const m of MODULES) {
+  for (const m of PATCHED) {
+    // The original with one function's body changed, and the import it needs.
+    const text = readFileSync(join(a, m), "utf8");
+    const orig = readFileSync(join(a, `${m}.orig`), "utf8");
+    assert.match(text, /^\/\/ durable-touch swap:.*\n.*\nimport \{ clonePlainData \} from "durable-touch\/compat";\n/);
+    assert.equal(text.split("\n").slice(3).join("\n").replace("return clonePlainData(profile);", "return structuredClone(profile);"), orig);
+  }
+  for (const m of MODULES.filter((m) => !PATCHED.includes(m))) {
     const text = readFileSync(join(a, m), "utf8");
     assert.match(text, /from "durable-touch\/compat(\/sqlite-adapter)?"/);
     assert.doesNotMatch(text.replace(/^\/\/.*$/gm, ""), /\bclass\b|\bfunction\b/, "only shims: re-exports and factory calls");
@@ -127,6 +139,13 @@ test("swap rewrites exactly its five modules, keeps their export names, is idemp
   assert.throws(() => swap(b), /touch\/worker_pool\.ts: unexpected exports extra/);
   bytes(b).forEach((buf, i) => assert.ok(buf.equals(changed[i]), "nothing changed"));
   assert.ok(!existsSync(join(b, "touch/touch_journal.ts.orig")));
+  // The same for a patched function that is not the one the swap knows.
+  writeFileSync(join(b, "touch/worker_pool.ts"), original[MODULES.indexOf("touch/worker_pool.ts")]);
+  const profile = join(b, "profiles/profile.ts");
+  writeFileSync(profile, readFileSync(profile, "utf8").replace("return structuredClone(profile);", "return { ...profile };"));
+  const changed2 = bytes(b);
+  assert.throws(() => swap(b), /profiles\/profile\.ts: the code this swap patches is not there as expected/);
+  bytes(b).forEach((buf, i) => assert.ok(buf.equals(changed2[i]), "nothing changed"));
 });
 
 /** What a user of the HTTP API sees of one run (timings are checked separately). */

@@ -80,6 +80,9 @@ export const BENCHES = {
       ["main CPU us per processed row", "B6-e2e", perRun("main", (r) => (r.cpuSeconds * 1e6) / r.metaEnd.scanRowsTotal), "B6-e2e", perRun("main", (r) => (r.cpuSeconds * 1e6) / r.metaEnd.scanRowsTotal), "lower"],
     ],
   },
+  // bench/swap.mjs runs the reference's own B6 against an unswapped and a swapped copy of the
+  // server itself (alternating, with --rounds) and prints the ratios: no reference script here.
+  swap: { selfCompared: true, reference: [], metrics: [] },
   journal: {
     reference: [{ script: "b4-journal-touch.ts" }, { script: "b5-waiters.ts" }],
     metrics: [

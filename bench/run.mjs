@@ -4,6 +4,7 @@
 //   npm run bench:compare -- append         # ours and the reference in the same run, plus ratios
 //   npm run bench -- all                    # every benchmark
 //   npm run bench:compare -- journal --rounds 3   # both sides alternately, 3 times
+//   npm run bench:compare -- swap --rounds 3      # B6 against the server unswapped and swapped
 //
 // Each benchmark `bench/<name>.mjs` is a standalone script (Node by default, `--runtime bun`
 // to run it under Bun) that prints one JSON line per benchmark on stdout. With --compare the
@@ -70,6 +71,11 @@ for (const name of selected) {
   if (!existsSync(script)) {
     console.error(`bench/${name}.mjs is not written yet`);
     process.exit(2);
+  }
+  if (spec.selfCompared) {
+    // The script compares both sides itself (alternating rounds in one process).
+    for (const line of runScript(process.execPath, [script, "--rounds", String(rounds), ...passThrough])) console.log(JSON.stringify(line));
+    continue;
   }
   const perRound = [];
   for (let round = 0; round < (doCompare ? rounds : 1); round++) {

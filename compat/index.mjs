@@ -9,3 +9,4 @@ export { TouchProcessorWorkerPool } from "./pool.mjs";
 export { createTouchProcessorManager } from "./manager.mjs";
 export { createStateProtocolTouchRoute } from "./routes.mjs";
 export * as sqliteAdapter from "./sqlite-adapter.mjs";
+export { clonePlainData } from "./clone.mjs";

@@ -10,7 +10,12 @@
 // - `profiles/stateProtocol/routes.ts`: the touch routes answered by the engine (its atomic
 //   wait), with the reference's statuses and bodies;
 // - `touch/touch_journal.ts`, `touch/worker_pool.ts`: the native journal and pool, for
-//   anything else that imports them.
+//   anything else that imports them;
+//
+// and patches one function of a sixth, `profiles/profile.ts`: `cloneStreamProfileSpec` copies
+// the plain profile data itself instead of calling `structuredClone` (the server clones a
+// profile about five times per touch request; that clone was the largest single cost of the
+// request's JS time). A patched module keeps all of its code and exports.
 //
 // The originals are kept next to them as `*.ts.orig`; `--undo` puts them back byte for byte.
 // Swapping twice is swapping once; undoing an unswapped tree changes nothing; a tree whose
@@ -66,6 +71,14 @@ const MODULES = [
       `export const handleStateProtocolTouchRoute = createStateProtocolTouchRoute({ getStateProtocolTouchConfig });`,
     ],
   },
+  {
+    path: "profiles/profile.ts",
+    patch: {
+      find: "export function cloneStreamProfileSpec(profile: StreamProfileSpec): StreamProfileSpec {\n  return structuredClone(profile);\n}",
+      replace: "export function cloneStreamProfileSpec(profile: StreamProfileSpec): StreamProfileSpec {\n  return clonePlainData(profile);\n}",
+      imports: [`import { clonePlainData } from "${FROM}";`],
+    },
+  },
 ];
 
 /** Names a TypeScript module exports (declarations and `export { … }` lists). */
@@ -82,8 +95,16 @@ export function exportedNames(source) {
   return names;
 }
 
-function swappedSource(mod, types) {
+function swappedSource(mod, types, original) {
   const file = mod.path.split("/").pop();
+  if (mod.patch) {
+    const header = [
+      `${MARKER} one function of this module is patched to use the native core's helpers (${FROM}).`,
+      `// The original is saved next to it as ${file}.orig; \`npx durable-touch swap <src> --undo\` restores it.`,
+      ...mod.patch.imports,
+    ];
+    return header.join("\n") + "\n" + original.replace(mod.patch.find, () => mod.patch.replace);
+  }
   const from = mod.from ?? FROM;
   const lines = [
     `${MARKER} this module ${mod.body ? "is built by" : "re-exports"} the native core (${from}).`,
@@ -127,8 +148,17 @@ function apply(plan, src) {
   const log = [];
   // Check every original before touching any file.
   const types = new Map();
+  const originals = new Map();
   for (const p of plan) {
     const original = p.swapped ? readFileSync(p.orig, "utf8") : p.text;
+    originals.set(p, original);
+    if (p.mod.patch) {
+      if (original.split(p.mod.patch.find).length !== 2) {
+        throw new Error(`${p.mod.path}: the code this swap patches is not there as expected — this swap is for @prisma/streams-server 0.1.11; nothing was changed`);
+      }
+      types.set(p, []);
+      continue;
+    }
     const names = exportedNames(original);
     const known = new Set([...p.mod.values, ...p.mod.types]);
     const unknown = [...names].filter((n) => !known.has(n));
@@ -140,7 +170,7 @@ function apply(plan, src) {
     types.set(p, p.mod.types.filter((n) => names.has(n)));
   }
   for (const p of plan) {
-    const next = swappedSource(p.mod, types.get(p));
+    const next = swappedSource(p.mod, types.get(p), originals.get(p));
     if (p.swapped) {
       if (p.text !== next) writeAtomically(p.file, next);
       log.push(`${p.mod.path}: already swapped (original in ${p.mod.path}.orig)`);
@@ -149,7 +179,8 @@ function apply(plan, src) {
     if (p.hasOrig) log.push(`${p.mod.path}: replacing a stale ${p.mod.path}.orig with the current original`);
     copyFileSync(p.file, p.orig); // bytes and mode, so --undo is exact
     writeAtomically(p.file, next);
-    log.push(`${p.mod.path}: swapped to ${p.mod.from ?? FROM} (original saved as ${p.mod.path}.orig)`);
+    const how = p.mod.patch ? "patched to use" : "swapped to";
+    log.push(`${p.mod.path}: ${how} ${p.mod.from ?? FROM} (original saved as ${p.mod.path}.orig)`);
   }
   if (!resolvable(src)) {
     log.push(`note: ${FROM} does not resolve from ${src}; install durable-touch in the server's project (npm install durable-touch)`);

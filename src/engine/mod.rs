@@ -1023,6 +1023,7 @@ impl TouchEngine {
             for j in journals {
                 j.stop();
             }
+            let _ = inner.persist_checkpoints(true);
             for s in settles {
                 (s.reply)(Err(Error::Closed("TouchEngine")));
             }

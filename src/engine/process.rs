@@ -24,6 +24,8 @@ use crate::store::{blocking, STREAM_FLAG_DELETED};
 
 /// How often `meta(settle)` requests are re-checked.
 const SETTLE_POLL: Duration = Duration::from_millis(2);
+/// The least time between two checkpoint writes of a stream (see `Inner::set_checkpoint`).
+const CHECKPOINT_PERSIST_MS: i64 = 100;
 
 /// What one batch decided, before it ran.
 #[derive(Clone)]
@@ -176,6 +178,7 @@ impl Inner {
             more |= !st.dirty.is_empty();
         }
         if full {
+            let _ = self.persist_checkpoints(false);
             self.upkeep(now);
         }
         more
@@ -521,15 +524,65 @@ impl Inner {
     }
 
     /// Moves the in-memory checkpoint forward and persists it (B24: forward only).
+    ///
+    /// Writes are paced: at most one per stream per [`CHECKPOINT_PERSIST_MS`]; a checkpoint
+    /// reached in between waits for the next tick ([`Inner::persist_checkpoints`]). Each write
+    /// is a durable commit, and inside a host whose own writes share the file (the swapped
+    /// server) a commit per batch kept its appends waiting for the write lock. A checkpoint
+    /// written late only means a restart processes a few rows again.
     fn set_checkpoint(&self, name: &str, through: i64, previous: Option<i64>) {
-        if let Some(rt) = self.state.lock().streams.get_mut(name) {
+        let now = wall_ms();
+        let write = {
+            let mut st = self.state.lock();
+            let Some(rt) = st.streams.get_mut(name) else { return };
             if rt.processed_through.is_none_or(|p| through > p) {
                 rt.processed_through = Some(through);
             }
+            if previous.is_none_or(|p| through <= p) {
+                return;
+            }
+            if now - rt.checkpoint_written_ms < CHECKPOINT_PERSIST_MS {
+                rt.checkpoint_unwritten = Some(rt.checkpoint_unwritten.map_or(through, |u| u.max(through)));
+                return;
+            }
+            rt.checkpoint_written_ms = now;
+            rt.checkpoint_unwritten = None;
+            through
+        };
+        let n = name.to_string();
+        self.store.write(move |c| profile::advance_touch_state(c, &n, write).map(|_| ()), Box::new(|_| {}));
+    }
+
+    /// Writes the checkpoints [`Inner::set_checkpoint`] held back, in one commit; `Ok(())` once
+    /// it is durable when `wait` is set.
+    pub(crate) fn persist_checkpoints(&self, wait: bool) -> Result<()> {
+        let now = wall_ms();
+        let due: Vec<(String, i64)> = {
+            let mut st = self.state.lock();
+            st.streams
+                .iter_mut()
+                .filter_map(|(name, rt)| {
+                    let through = rt.checkpoint_unwritten.take()?;
+                    rt.checkpoint_written_ms = now;
+                    Some((name.clone(), through))
+                })
+                .collect()
+        };
+        if due.is_empty() {
+            return Ok(());
         }
-        if previous.is_some_and(|p| through > p) {
-            let n = name.to_string();
-            self.store.write(move |c| profile::advance_touch_state(c, &n, through).map(|_| ()), Box::new(|_| {}));
+        // One write job: the writer runs it in one transaction.
+        let job = move |c: &rusqlite::Connection| {
+            for (n, through) in &due {
+                profile::advance_touch_state(c, n, *through)?;
+            }
+            Ok(())
+        };
+        if wait {
+            blocking(|r| self.store.write(job, r))
+        } else {
+            self.store.write(job, Box::new(|_| {}));
+            Ok(())
         }
     }
 

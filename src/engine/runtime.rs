@@ -48,6 +48,9 @@ pub struct StreamRt {
     pub last_template_gc_ms: i64,
     /// The in-memory checkpoint; `None` until read from `stream_touch_state`.
     pub processed_through: Option<i64>,
+    /// When the checkpoint was last written, and one reached since and not written yet.
+    pub checkpoint_written_ms: i64,
+    pub checkpoint_unwritten: Option<i64>,
     /// A batch for this stream is running.
     pub busy: bool,
     /// Template keys activated while the running batch ran: it may have read the templates
@@ -76,6 +79,8 @@ impl StreamRt {
             zero_row_streak: 0,
             last_template_gc_ms: 0,
             processed_through: None,
+            checkpoint_written_ms: 0,
+            checkpoint_unwritten: None,
             busy: false,
             late_templates: Vec::new(),
             fine_per_row: 0.0,

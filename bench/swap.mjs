@@ -1,0 +1,109 @@
+// The swap, end to end: the reference's own B6 benchmark (bench/reference/b6-e2e.ts, part
+// "main": 1,000 fine waiters on 24 templates, appends over HTTP, in process) against an
+// unswapped and a swapped copy of @prisma/streams-server, alternating, in the same run.
+//
+//   npm run bench:compare -- swap [--rounds 3] [--rates 1000,5000] [--seconds 10]
+//   node bench/swap.mjs [--rounds 1] ...
+//
+// Both copies are made from node_modules/@prisma/streams-server (never swapped in place, so the
+// "unswapped" side is the real reference) in a temp folder whose node_modules resolves
+// `durable-touch` to this checkout; the swapped one goes through `lib/swap.mjs`. Each round
+// runs both sides at each rate, in alternating order. Prints, per rate, each side's median of
+// wake p50/p99, rows/s achieved, appends answered 408, wakes, wakes before their record, CPU
+// ms per 1,000 wakes, and the median of the per-round ratios (> 1: swapped better).
+import { spawnSync } from "node:child_process";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, symlinkSync, appendFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { swap } from "../lib/swap.mjs";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const root = join(here, "..");
+const argv = process.argv.slice(2);
+const opt = (name, dflt) => {
+  const i = argv.indexOf(`--${name}`);
+  return i >= 0 ? argv[i + 1] : dflt;
+};
+const ROUNDS = Math.max(1, Number(opt("rounds", 1)) || 1);
+const RATES = String(opt("rates", "1000,5000")).split(",").map(Number).filter((n) => n > 0);
+const SECONDS = Number(opt("seconds", 10));
+const bun = join(root, "node_modules", ".bin", "bun");
+const reference = join(root, "node_modules", "@prisma", "streams-server");
+
+function copies() {
+  const dir = mkdtempSync(join(tmpdir(), "dt-swap-bench-"));
+  mkdirSync(join(dir, "node_modules"));
+  for (const e of readdirSync(join(root, "node_modules"))) {
+    if (e === "@prisma" || e === ".bin") continue;
+    symlinkSync(realpathSync(join(root, "node_modules", e)), join(dir, "node_modules", e));
+  }
+  symlinkSync(root, join(dir, "node_modules", "durable-touch"));
+  for (const side of ["unswapped", "swapped"]) {
+    mkdirSync(join(dir, side));
+    cpSync(join(reference, "src"), join(dir, side, "src"), { recursive: true });
+    cpSync(join(reference, "package.json"), join(dir, side, "package.json"));
+  }
+  swap(join(dir, "swapped"));
+  return dir;
+}
+
+function run(anchor, rate) {
+  const args = [join(here, "reference", "b6-e2e.ts"), "--runs", "1", "--only", "main", "--rate", String(rate), "--seconds", String(SECONDS)];
+  process.stderr.write(`$ ANCHOR_REPO=${anchor} bun ${args.join(" ")}\n`);
+  const r = spawnSync(bun, args, { cwd: root, env: { ...process.env, ANCHOR_REPO: anchor }, stdio: ["ignore", "pipe", "inherit"], maxBuffer: 1 << 28 });
+  if (r.status !== 0) throw new Error(`b6-e2e.ts against ${anchor} exited with ${r.status}`);
+  const line = r.stdout.toString().trim().split("\n").filter((l) => l.startsWith("{")).pop();
+  const run0 = JSON.parse(line).results.main.runs[0];
+  return {
+    p50Ms: run0.latencyMs.p50,
+    p99Ms: run0.latencyMs.p99,
+    achievedRowsPerSec: run0.achievedRowsPerSec,
+    appends408: run0.appendBatches408,
+    wakes: run0.woken,
+    wakesBeforeRecord: run0.wokenBeforeRecordProcessed,
+    cpuMsPer1000Wakes: Math.round(((run0.cpuSeconds * 1e6) / Math.max(1, run0.woken)) * 100) / 100,
+    cpuCores: run0.cpuCores,
+    kinds: run0.wokenByKind,
+    endMode: run0.metaEnd?.touchMode,
+  };
+}
+
+const median = (xs) => {
+  const s = xs.filter((x) => typeof x === "number" && Number.isFinite(x)).sort((a, b) => a - b);
+  if (s.length === 0) return null;
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+/** Which way is better per metric (ratio > 1 means the swapped side is better). */
+const BETTER = { p50Ms: "lower", p99Ms: "lower", achievedRowsPerSec: "higher", cpuMsPer1000Wakes: "lower", wakes: "higher" };
+
+const dir = copies();
+try {
+  const perRate = Object.fromEntries(RATES.map((r) => [r, []]));
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const rate of RATES) {
+      const order = round % 2 === 0 ? ["unswapped", "swapped"] : ["swapped", "unswapped"];
+      const sides = {};
+      for (const side of order) sides[side] = run(join(dir, side), rate);
+      perRate[rate].push(sides);
+    }
+  }
+  for (const rate of RATES) {
+    const rounds = perRate[rate];
+    const side = (name) => Object.fromEntries(Object.keys(rounds[0][name]).map((k) => [k, typeof rounds[0][name][k] === "number" ? median(rounds.map((r) => r[name][k])) : rounds[rounds.length - 1][name][k]]));
+    const ratios = Object.fromEntries(
+      Object.entries(BETTER).map(([k, better]) => {
+        const per = rounds.map((r) => (better === "lower" ? r.unswapped[k] / r.swapped[k] : r.swapped[k] / r.unswapped[k]));
+        const m = median(per);
+        return [k, m === null ? null : Math.round(m * 100) / 100];
+      })
+    );
+    const line = { bench: `B6-swap-${rate}`, date: new Date().toISOString(), rateRowsPerSec: rate, seconds: SECONDS, rounds: ROUNDS, unswapped: side("unswapped"), swapped: side("swapped"), ratios };
+    console.log(JSON.stringify(line));
+    mkdirSync(join(here, "out"), { recursive: true });
+    appendFileSync(join(here, "out", "results.jsonl"), JSON.stringify(line) + "\n");
+  }
+} finally {
+  if (existsSync(dir)) rmSync(dir, { recursive: true, force: true });
+}
