@@ -29,8 +29,9 @@ const throwsWith = (f, check) => {
   return err;
 };
 
-test("exports exactly what the reference adapter exports at runtime", () => {
-  assert.deepEqual(Object.keys(adapter).sort(), ["getSqliteAdapterRuntimeCounts", "openSqliteDatabase", "setSqliteRuntimeOverride"]);
+test("exports what the reference adapter exports at runtime, and hostConnectionOf", () => {
+  // The swap's shim re-exports the reference's three names only.
+  assert.deepEqual(Object.keys(adapter).sort(), ["getSqliteAdapterRuntimeCounts", "hostConnectionOf", "openSqliteDatabase", "setSqliteRuntimeOverride"]);
   assert.equal(compat.sqliteAdapter.openSqliteDatabase, openSqliteDatabase);
   setSqliteRuntimeOverride("node");
   setSqliteRuntimeOverride("bun");
@@ -394,3 +395,33 @@ test("differential: one script through the reference adapter (bun:sqlite) and ou
   }
   assert.ok(bigints >= 3, `the script reads integers beyond 2^53 (${bigints} seen)`);
 }, { skip: !referenceAvailable(), timeout: 120_000 });
+
+test("a Store opened on the host's connection commits on it, between the host's own statements", async () => {
+  const { Store } = await import("../index.js");
+  const path = join(tempDir("dt-sqlad-host-"), "h.sqlite");
+  // The file and its schema first (as the server's initSchema makes them), then the host.
+  await Store.open(path).close();
+  const db = openSqliteDatabase(path);
+  const handle = adapter.hostConnectionOf(db);
+  assert.ok(handle !== undefined);
+  assert.equal(adapter.hostConnectionOf({}), undefined);
+  assert.equal(adapter.hostConnectionOf(null), undefined);
+  const store = Store.open(path, { hostConnection: handle });
+  try {
+    await store.createStream("s", { contentType: "application/json" });
+    // The host holds a read open across the store's commit (more rows than one native read
+    // takes), then writes: no SQLITE_BUSY_SNAPSHOT.
+    db.exec("CREATE TABLE host_t (v INTEGER); INSERT INTO host_t SELECT value FROM json_each('[" + Array.from({ length: 500 }, (_, i) => i).join(",") + "]');");
+    const it = db.query("SELECT v FROM host_t").iterate();
+    assert.equal(it.next().value.v, 0);
+    await store.append("s", ["1", "2"]);
+    db.transaction(() => db.query("UPDATE streams SET updated_at_ms = updated_at_ms + 1 WHERE stream = ?").run("s"))();
+    it.return();
+    assert.equal(db.query("SELECT COUNT(*) AS n FROM wal WHERE stream = 's'").get().n, 2, "the host reads the store's rows");
+    assert.throws(() => Store.open(path, { hostConnection: {} }), { code: "ERR_INVALID_ARGUMENT" });
+    assert.throws(() => Store.open(":memory:", { hostConnection: handle }), { code: "ERR_INVALID_ARGUMENT" });
+  } finally {
+    await store.close();
+    db.close();
+  }
+});

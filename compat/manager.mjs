@@ -9,7 +9,9 @@
 // (compat/sqlite-adapter.mjs): every connection in the process is then one SQLite library,
 // whose locks the connections share. A second library on the same file would not see them
 // (one library's close() drops the other's POSIX locks), so the manager refuses to start on
-// a server whose adapter is not ours.
+// a server whose adapter is not ours. The store reads on its own connections and commits on
+// the server's (between the server's transactions), so the server never finds its snapshot
+// overtaken by another connection's commit.
 //
 // What the engine keeps in the server's tables: the checkpoint (`stream_touch_state`), the
 // templates (`live_templates`, with last-seen times) and the WAL it deletes once processed and
@@ -18,6 +20,7 @@
 // server calls `notify(stream)` after each committed append and the engine's loop runs at
 // once; the configured tick is its safety net.
 import { Store, TouchEngine } from "../index.js";
+import { hostConnectionOf } from "./sqlite-adapter.mjs";
 
 /** Set on what durable-touch puts in place of the server's own (the swap's tests look). */
 const NATIVE = Symbol.for("durable-touch.native");
@@ -50,7 +53,12 @@ export function createTouchProcessorManager(host = {}) {
       this.stopped = false;
       const workers = Math.floor(Number(cfg.touchWorkers ?? 1));
       const interval = Math.floor(Number(cfg.touchCheckIntervalMs ?? 250));
-      this.store = Store.open(cfg.dbPath);
+      // The engine reads on connections of its own and commits on the server's: a commit from
+      // another connection would make the server's next write fail (SQLITE_BUSY_SNAPSHOT) while
+      // it holds a read statement open, as its segmenter does across its yields.
+      const hostConnection = hostConnectionOf(db?.db);
+      if (hostConnection === undefined) throw new Error("durable-touch: the server's database is not on durable-touch's SQLite adapter");
+      this.store = Store.open(cfg.dbPath, { hostConnection });
       this.engine = new TouchEngine(this.store, {
         workers: Math.max(1, Math.min(64, workers)),
         checkIntervalMs: Math.max(0, interval),

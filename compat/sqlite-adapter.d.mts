@@ -31,3 +31,9 @@ export declare function getSqliteAdapterRuntimeCounts(): { open_connections: num
 export declare function setSqliteRuntimeOverride(runtime: "bun" | "node" | null): void;
 /** Opens (creating if needed) the database at `path` (busy_timeout 5000 ms). */
 export declare function openSqliteDatabase(path: string): SqliteDatabase;
+/**
+ * The native connection behind a database `openSqliteDatabase` made, for
+ * `Store.open(path, { hostConnection })` (a store that commits on the host's own connection);
+ * undefined for anything else.
+ */
+export declare function hostConnectionOf(db: SqliteDatabase): unknown;

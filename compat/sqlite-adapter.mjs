@@ -111,6 +111,14 @@ export function setSqliteRuntimeOverride(runtime) {
 export function openSqliteDatabase(path) {
   return new SqliteDatabaseImpl(_sqlOpen(path));
 }
+/**
+ * The connection behind a database this module opened, for `Store.open(path, { hostConnection })`
+ * (a store that commits on the host's connection); undefined for anything else.
+ */
+export function hostConnectionOf(db) {
+  return SqliteDatabaseImpl.handleOf(db);
+}
+
 // Marks the opener as durable-touch's: the swapped touch manager opens the server's file with
 // our Store only when the server's connections are ours too (one SQLite library per process).
 openSqliteDatabase[Symbol.for("durable-touch.native")] = true;
@@ -251,6 +259,11 @@ class SqliteDatabaseImpl {
   constructor(handle) {
     this.#h = handle;
     counts.open_connections += 1;
+  }
+
+  /** The native connection handle of a database this module opened, else undefined. */
+  static handleOf(db) {
+    return db !== null && typeof db === "object" && #h in db ? db.#h : undefined;
   }
 
   #trackStatement() {

@@ -87,6 +87,13 @@ struct StmtHandle {
 type Raw = sys::napi_value;
 type JsResult<T> = std::result::Result<T, Error>;
 
+/// The connection of a database handle made by `_sqlOpen` (what the adapter's
+/// `SqliteDatabase` holds), for a [`crate::store::Store`] that commits on it.
+pub(crate) fn connection_of(env: sys::napi_env, value: Raw) -> JsResult<Connection> {
+    let call = Call { env, argv: smallvec::smallvec![value] };
+    Ok(call.db()?.conn.clone())
+}
+
 /// One call's environment and arguments.
 struct Call {
     env: sys::napi_env,

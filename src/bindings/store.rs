@@ -24,6 +24,11 @@ pub struct StoreOpenOptions {
     pub max_append_bytes: Option<f64>,
     /// Most rows in one append call (default 100,000).
     pub max_append_rows: Option<u32>,
+    /// A host program's connection to the same file, from `durable-touch/compat/sqlite-adapter`
+    /// (`hostConnectionOf(db)`): the store commits on it, between the host's transactions, and
+    /// reads on connections of its own (see `Store::open_on_host`).
+    #[napi(ts_type = "unknown")]
+    pub host_connection: Option<Unknown<'static>>,
 }
 
 /// `Store.limits`: what one append may hold (`ERR_PAYLOAD_TOO_LARGE` beyond).
@@ -318,8 +323,16 @@ impl Store {
     pub fn open(env: &Env, path: Unknown, options: Option<Unknown>) -> napi::Result<Store> {
         let parsed = (|| {
             let path = Js::new(env, path.raw()).string("path")?;
-            let opts = parse_open_options(arg(env, &options))?;
-            CoreStore::open(&path, opts)
+            let given = arg(env, &options).filter(|v| !v.is_nullish());
+            let opts = parse_open_options(given)?;
+            let host = match given.map(|o| o.object("options")).transpose()? {
+                Some(o) => o.opt("hostConnection")?,
+                None => None,
+            };
+            match host {
+                Some(h) => CoreStore::open_on_host(&path, opts, super::hostdb::connection_of(env.raw(), h.raw)?),
+                None => CoreStore::open(&path, opts),
+            }
         })();
         let store = parsed.map_err(|e| throw(env, e))?;
         Ok(Store { store, port: Port::new(env)? })

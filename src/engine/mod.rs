@@ -496,7 +496,7 @@ impl TouchEngine {
             let mut st = self.inner.state.lock();
             let Some(rt) = st.streams.get_mut(stream) else { return };
             if rt.busy {
-                rt.late_templates.extend(keys);
+                rt.late_templates.extend(keys.iter().map(|&k| (k, active_from)));
                 return;
             }
             match (rt.processed_through, &rt.journal) {

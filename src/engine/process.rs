@@ -236,9 +236,14 @@ impl Inner {
             let mut st = self.state.lock();
             st.streams.get_mut(name).and_then(|rt| {
                 rt.busy = false;
-                let keys = std::mem::take(&mut rt.late_templates);
-                match (keys.is_empty(), &rt.journal, rt.processed_through) {
-                    (false, Some(j), Some(p)) => Some((j.clone(), keys, p)),
+                let through = rt.processed_through?;
+                let keys: Vec<u32> = std::mem::take(&mut rt.late_templates)
+                    .into_iter()
+                    .filter(|&(_, active_from)| through >= active_from)
+                    .map(|(k, _)| k)
+                    .collect();
+                match (keys.is_empty(), &rt.journal) {
+                    (false, Some(j)) => Some((j.clone(), keys, through)),
                     _ => None,
                 }
             })

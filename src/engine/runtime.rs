@@ -53,9 +53,11 @@ pub struct StreamRt {
     pub checkpoint_unwritten: Option<i64>,
     /// A batch for this stream is running.
     pub busy: bool,
-    /// Template keys activated while the running batch ran: it may have read the templates
-    /// before the activation, so they are touched (with the catch-all) when it ends.
-    pub late_templates: Vec<u32>,
+    /// Template keys activated while the running batch ran, with their
+    /// `active_from_source_offset`: the batch may have read the templates before the
+    /// activation, so they are touched (with the catch-all) when it ends, if it processed rows
+    /// they cover.
+    pub late_templates: Vec<(u32, i64)>,
     /// Fine touches per row seen lately, to size batches within the fine budget.
     pub fine_per_row: f64,
     /// The tuples the stream's rows were last seen in (complete mode, B5).

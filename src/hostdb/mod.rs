@@ -219,6 +219,24 @@ impl Connection {
         f(db)
     }
 
+    /// Runs `f` with the open handle under the connection's lock, when no transaction is open
+    /// on it (autocommit): `Ok(None)` while one is, `Err` once the connection is closed. For
+    /// [`crate::store`]'s writer, which commits on the host's connection so that the host's
+    /// open read statements never meet a commit from another connection (`SQLITE_BUSY_SNAPSHOT`).
+    ///
+    /// # Safety
+    /// `f` may use the handle only while it runs, from this thread, and must leave no
+    /// transaction open and no statement of its own unfinalized on it.
+    pub unsafe fn with_idle_handle<T>(&self, f: impl FnOnce(*mut ffi::sqlite3) -> T) -> Result<Option<T>> {
+        self.with_db(|db| {
+            // SAFETY: `db` is open and locked.
+            if unsafe { ffi::sqlite3_get_autocommit(db) } == 0 {
+                return Ok(None);
+            }
+            Ok(Some(f(db)))
+        })
+    }
+
     /// Whether [`close`](Self::close) was called.
     pub fn is_closed(&self) -> bool {
         self.shared.lock.lock().db.get().is_null()

@@ -37,7 +37,7 @@ pub use writer::Reply;
 
 use crate::error::{catch_panic, Error, Result};
 use reader::ReaderPool;
-use writer::{AppendJob, Command, FnJob, Writer};
+use writer::{AppendJob, Command, FnJob, Writer, WriterConn};
 
 /// Called on the writer thread after an append committed: `(stream, outcome, payload bytes)`.
 pub type AppendHook = Arc<dyn Fn(&str, &AppendOutcome, u64) + Send + Sync>;
@@ -78,6 +78,23 @@ impl Store {
     /// schema. `":memory:"` opens a private in-memory database (reads then go through the
     /// writer thread).
     pub fn open(path: &str, options: StoreOptions) -> Result<Store> {
+        Store::open_with(path, options, None)
+    }
+
+    /// [`Store::open`] inside a host program that has `path` open on `host` (a connection of
+    /// this module's SQLite library, [`crate::hostdb`]): the store reads on connections of its
+    /// own but commits on the host's, between the host's transactions. A commit from another
+    /// connection makes the host's next write fail with `SQLITE_BUSY_SNAPSHOT` whenever the host
+    /// still holds an open read statement (as the Prisma Streams server's segmenter does across
+    /// its yields); commits on the host's own connection never do.
+    pub fn open_on_host(path: &str, options: StoreOptions, host: crate::hostdb::Connection) -> Result<Store> {
+        if path == ":memory:" {
+            return Err(Error::invalid("a store on a host's connection needs a file path"));
+        }
+        Store::open_with(path, options, Some(host))
+    }
+
+    fn open_with(path: &str, options: StoreOptions, host: Option<crate::hostdb::Connection>) -> Result<Store> {
         if path.is_empty() {
             return Err(Error::invalid("store path must be a non-empty string"));
         }
@@ -110,6 +127,11 @@ impl Store {
             })?)
         };
 
+        let conn = match host {
+            // The schema was checked on our own connection, which closes here.
+            Some(h) => WriterConn::Host(h),
+            None => WriterConn::Own(conn),
+        };
         let counters = Arc::new(StoreCounters::default());
         let (tx, rx) = crossbeam_channel::unbounded();
         let writer = Writer::new(conn, rx, options.clone(), counters.clone());

@@ -328,3 +328,60 @@ fn write_jobs_roll_back_alone() {
     let row = blocking(|r| store.get_stream("s".into(), r)).unwrap().unwrap();
     assert_eq!((row.next_offset, row.wal_rows), (2, 2), "both appends' counters survived the rollback");
 }
+
+/// A host connection holding a read statement open (as the Prisma Streams server's segmenter
+/// does across its yields), and a write it makes after `commit` ran: fine when the store
+/// commits on the host's connection, `SQLITE_BUSY_SNAPSHOT` when it commits on its own.
+fn host_write_after(on_host: bool) -> Result<()> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.sqlite");
+    let path = path.to_str().unwrap();
+    // The host creates the file and the schema (our store does it the same way).
+    drop(Store::open(path, StoreOptions::default()).unwrap());
+    let host = crate::hostdb::Connection::open(path).unwrap();
+    host.exec("PRAGMA journal_mode = WAL; CREATE TABLE IF NOT EXISTS host_t (v INTEGER);").unwrap();
+    host.exec("INSERT INTO host_t VALUES (1), (2), (3);").unwrap();
+    let store = if on_host {
+        Store::open_on_host(path, StoreOptions::default(), host.clone()).unwrap()
+    } else {
+        Store::open(path, StoreOptions::default()).unwrap()
+    };
+    blocking(|r| store.create_stream("s".into(), None, None, r)).unwrap();
+    let mut reading = host.prepare("SELECT v FROM host_t", false).unwrap();
+    // The host is in the middle of a read (the statement stays stepped between its calls, and
+    // the connection's lock is free, as between two JS calls).
+    assert!(reading.lock().unwrap().step().unwrap());
+    // The store commits while the host's read is open; then the host writes.
+    append(&store, "s", &["x"]).unwrap();
+    let host_write = host.exec("BEGIN IMMEDIATE; INSERT INTO host_t VALUES (4); COMMIT;");
+    reading.lock().unwrap().reset();
+    if let Err(e) = host_write {
+        let _ = host.exec("ROLLBACK");
+        blocking(|r| store.close(r)).unwrap();
+        return Err(e);
+    }
+    // And the store waits for a host transaction to end before it commits.
+    host.exec("BEGIN IMMEDIATE; INSERT INTO host_t VALUES (5);").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let req = AppendRequest { stream: "s".into(), payloads: vec![b"y".to_vec()], ..Default::default() };
+    store.append(req, Box::new(move |r| tx.send(r.map(|o| o.first_offset)).unwrap()));
+    if on_host {
+        assert!(
+            rx.recv_timeout(std::time::Duration::from_millis(200)).is_err(),
+            "no commit inside the host's transaction"
+        );
+    }
+    host.exec("COMMIT;").unwrap();
+    assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap().unwrap(), 1);
+    assert_eq!(read_all(&store, "s").len(), 2);
+    blocking(|r| store.close(r)).unwrap();
+    host.close().unwrap();
+    Ok(())
+}
+
+#[test]
+fn a_store_on_the_hosts_connection_never_overtakes_the_hosts_open_read() {
+    let err = host_write_after(false).unwrap_err();
+    assert!(err.to_string().contains("locked") || err.to_string().contains("BUSY"), "{err}");
+    host_write_after(true).unwrap();
+}

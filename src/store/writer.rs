@@ -271,8 +271,59 @@ where
     }
 }
 
+/// The connection the writer commits on: its own, or the host program's (see
+/// [`crate::store::Store::open_on_host`]).
+pub(crate) enum WriterConn {
+    Own(Connection),
+    Host(crate::hostdb::Connection),
+}
+
+/// How long the writer waits for the host's connection to leave a transaction.
+const HOST_IDLE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl WriterConn {
+    /// Runs `f` on the connection. On the host's, `f` runs under its lock when no transaction
+    /// of the host is open, with a statement cache of its own that is gone before the lock is
+    /// released (the host finalizes every statement of its connection when it closes it).
+    fn with<T>(&self, f: impl FnOnce(&Connection) -> T) -> Result<T> {
+        let host = match self {
+            WriterConn::Own(c) => return Ok(f(c)),
+            WriterConn::Host(h) => h,
+        };
+        let started = std::time::Instant::now();
+        let mut f = Some(f);
+        loop {
+            // SAFETY: the wrapper below uses the handle only inside the closure, on this thread,
+            // under the host connection's lock; every job commits or rolls back its transaction
+            // before returning; and the wrapper's prepared statements are finalized (its cache
+            // flushed) and the wrapper dropped, without closing the handle it does not own,
+            // before the closure returns.
+            let out = unsafe {
+                host.with_idle_handle(|db| {
+                    let conn = Connection::from_handle(db)?;
+                    let out = (f.take().expect("runs once"))(&conn);
+                    conn.flush_prepared_statement_cache();
+                    drop(conn);
+                    Ok::<T, rusqlite::Error>(out)
+                })
+            }?;
+            match out {
+                Some(out) => return out.map_err(Error::from),
+                None if started.elapsed() < HOST_IDLE_WAIT => std::thread::sleep(std::time::Duration::from_millis(1)),
+                None => {
+                    return Err(Error::Storage {
+                        code: "SQLITE_BUSY".into(),
+                        extended_code: 5,
+                        message: "the host's connection stayed inside a transaction".into(),
+                    })
+                }
+            }
+        }
+    }
+}
+
 pub(crate) struct Writer {
-    pub conn: Connection,
+    pub conn: WriterConn,
     pub rx: Receiver<Command>,
     pub options: StoreOptions,
     pub counters: Arc<StoreCounters>,
@@ -281,7 +332,7 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    pub fn new(conn: Connection, rx: Receiver<Command>, options: StoreOptions, counters: Arc<StoreCounters>) -> Self {
+    pub fn new(conn: WriterConn, rx: Receiver<Command>, options: StoreOptions, counters: Arc<StoreCounters>) -> Self {
         Writer { conn, rx, options, counters, poisoned: None }
     }
 
@@ -321,10 +372,11 @@ impl Writer {
                 self.commit_group(jobs);
             }
             for read in reads {
-                let _ = std::panic::catch_unwind(AssertUnwindSafe(|| read.run(&self.conn)));
+                let _ = self.conn.with(|conn| std::panic::catch_unwind(AssertUnwindSafe(|| read.run(conn))));
             }
         }
-        // Close the connection before telling anyone: closing checkpoints the WAL file.
+        // Close the connection before telling anyone: closing checkpoints the WAL file (the
+        // host's connection is the host's to close).
         let Writer { conn, .. } = self;
         drop(conn);
         on_close
@@ -356,7 +408,13 @@ impl Writer {
             return;
         }
         let n = jobs.len() as u64;
-        let grouped = std::panic::catch_unwind(AssertUnwindSafe(|| Self::try_group(&self.conn, &mut jobs)));
+        let grouped = match self
+            .conn
+            .with(|conn| std::panic::catch_unwind(AssertUnwindSafe(|| Self::try_group(conn, &mut jobs))))
+        {
+            Ok(g) => g,
+            Err(err) => Ok(Err(GroupFailure::Commit(err))),
+        };
         match grouped {
             Ok(Ok(outcomes)) => {
                 StoreCounters::add(&self.counters.group_commits, 1);
@@ -373,7 +431,7 @@ impl Writer {
             }
             Ok(Err(GroupFailure::Abandoned)) | Err(_) => {
                 // Nothing of the group is acknowledged: retry every job on its own.
-                let _ = self.conn.execute_batch("ROLLBACK");
+                let _ = self.conn.with(|conn| conn.execute_batch("ROLLBACK"));
                 StoreCounters::add(&self.counters.group_fallbacks, 1);
                 for mut job in jobs {
                     let outcome = self.run_alone(job.as_mut());
@@ -428,7 +486,14 @@ impl Writer {
         if let Some(err) = &self.poisoned {
             return Err(err.clone());
         }
-        let conn = &self.conn;
+        let result = self.conn.with(|conn| Self::alone(conn, job)).and_then(|r| r);
+        if let Err(e) = &result {
+            self.poison_if_fatal(e);
+        }
+        result
+    }
+
+    fn alone(conn: &Connection, job: &mut dyn WriteJob) -> Result<()> {
         let attempt = std::panic::catch_unwind(AssertUnwindSafe(|| -> Result<()> {
             conn.execute_batch("BEGIN IMMEDIATE")?;
             let mut cache = StreamCache::default();
@@ -445,14 +510,10 @@ impl Writer {
                 Error::from(e)
             })
         }));
-        let result = attempt.unwrap_or_else(|p| {
+        attempt.unwrap_or_else(|p| {
             let _ = conn.execute_batch("ROLLBACK");
             Err(Error::from_panic(p))
-        });
-        if let Err(e) = &result {
-            self.poison_if_fatal(e);
-        }
-        result
+        })
     }
 
     fn poison_if_fatal(&mut self, err: &Error) {
