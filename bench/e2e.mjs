@@ -241,6 +241,11 @@ async function childMain() {
   const targetKey = new Int32Array(N).fill(-1);
   const touchA = new Int32Array(N).fill(-1);
   const touchB = new Int32Array(N).fill(-1);
+  // The keys each record truly concerns (ours only): an update without old_value leaves the
+  // tenant its row was in, which the records before it say (rows by entity and key).
+  const trueA = new Int32Array(N).fill(-1);
+  const trueB = new Int32Array(N).fill(-1);
+  const lastRow = new Map();
   const counts = new Int32Array(nKeys);
   let noFine = 0;
   for (let i = 0; i < N; i++) {
@@ -248,6 +253,13 @@ async function childMain() {
     const e = ENTITIES.indexOf(rec.type);
     const op = rec.headers.operation;
     const k = (row) => e * TENANTS + Number(String(row.tenantId).slice(1));
+    const rowKey = `${e}:${rec.key}`;
+    const before = op === "insert" ? null : (rec.old_value ?? lastRow.get(rowKey) ?? null);
+    const after = op === "delete" ? null : rec.value;
+    if (before) trueA[i] = k(before);
+    if (after && (!before || k(after) !== trueA[i])) trueB[i] = k(after);
+    if (after) lastRow.set(rowKey, after);
+    else lastRow.delete(rowKey);
     if (op === "insert") {
       touchA[i] = k(rec.value);
       targetKey[i] = touchA[i];
@@ -588,6 +600,13 @@ async function childMain() {
     okBatches++;
     if (offOfRec[b * BATCH] !== firstOff[b] || offOfRec[(b + 1) * BATCH - 1] !== lastOff[b]) offsetsMatchResults = false;
   }
+  const byKeyTrueOff = Array.from({ length: nKeys }, () => []);
+  for (let i = 0; i < N; i++) {
+    if (!Number.isFinite(offOfRec[i])) continue;
+    if (trueA[i] >= 0) byKeyTrueOff[trueA[i]].push(offOfRec[i]);
+    if (trueB[i] >= 0) byKeyTrueOff[trueB[i]].push(offOfRec[i]);
+  }
+  for (const list of byKeyTrueOff) list.sort((a, b) => a - b);
   const byKeyOff = byKey.map((list) => {
     const a = Float64Array.from(list, (i) => offOfRec[i]).filter((x) => Number.isFinite(x));
     a.sort();
@@ -609,6 +628,7 @@ async function childMain() {
   let errors = 0;
   let attributed = 0;
   let early = 0;
+  let withoutCause = 0;
   let noRecord = 0;
   let cleanWaits = 0;
   let rStarAckedBeforeSend = 0;
@@ -628,6 +648,11 @@ async function childMain() {
     touched++;
     const kn = kindName[wKind[i]];
     if (kn) byKind[kn]++;
+    {
+      const listT = byKeyTrueOff[wKey[i]];
+      const j = upperBound(listT, wW[i]);
+      if (!(j < listT.length && listT[j] <= wBucketMax[i])) withoutCause++;
+    }
     const list = byKeyOff[wKey[i]];
     const idx = upperBound(list, wW[i]);
     if (idx >= list.length) {
@@ -739,6 +764,9 @@ async function childMain() {
     wokenByKind: byKind,
     attributed,
     wokenBeforeRecordProcessed: early,
+    // Ours: touched replies whose window (cursor watermark, waking bucket] holds no record that
+    // truly concerns the key (true images, not the reference's keys): wakes without a cause.
+    wokenWithoutCause: withoutCause,
     wokenWithNoMatchingRecord: noRecord,
     wokenForRecordWithoutAck: unackedRecord,
     attributedWithNegativeLatency: negativeLatency,
@@ -945,7 +973,7 @@ async function parent() {
     if (ONLY === "both" || ONLY === "main") {
       const m = runChild("main", r);
       log(
-        `main run ${r + 1}/${RUNS}: acked ${m.achievedRowsPerSec} rows/s, woken ${m.woken} (attributed ${m.attributed}, before-record ${m.wokenBeforeRecordProcessed}), ` +
+        `main run ${r + 1}/${RUNS}: acked ${m.achievedRowsPerSec} rows/s, woken ${m.woken} (attributed ${m.attributed}, before-record ${m.wokenBeforeRecordProcessed}, without cause ${m.wokenWithoutCause}), ` +
           `timeout ${m.timedOut}, stale ${m.stale}, pending ${m.pendingAtEnd}, errors ${m.errors}; latency p50 ${m.p50} p90 ${m.p90} p99 ${m.p99} max ${m.max} ms; ` +
           `clean p50 ${m.latencyCleanMs.p50} (${m.latencyCleanMs.n}); kinds ${JSON.stringify(m.wokenByKind)}; ack p50 ${m.appendAckMs.p50} p99 ${m.appendAckMs.p99} ms; ` +
           `cpu ${m.cpuSeconds}s/${m.wallSeconds}s; end mode ${m.metaEnd.touchMode}, lag ${m.metaEnd.lagSourceOffsets}`
@@ -974,6 +1002,7 @@ async function parent() {
       median_woken: med(main, (x) => x.woken),
       median_attributed: med(main, (x) => x.attributed),
       median_wokenBeforeRecordProcessed: med(main, (x) => x.wokenBeforeRecordProcessed),
+      median_wokenWithoutCause: med(main, (x) => x.wokenWithoutCause),
       median_timedOut: med(main, (x) => x.timedOut),
       median_stale: med(main, (x) => x.stale),
       median_pendingAtEnd: med(main, (x) => x.pendingAtEnd),
