@@ -31,6 +31,12 @@ impl LagHysteresis {
     }
 }
 
+/// The coalesce window once a stream has caught up and someone waits. The reference waits
+/// 10 ms (M6); with the backlog processed, waiting longer only delays the wake (the batch's
+/// touches are all in the bucket already), and a busier stream is not affected: its lag is
+/// above 0.
+pub const CAUGHT_UP_COALESCE_MS: f64 = 2.0;
+
 /// M6: the journal's coalesce window for the next batch.
 pub fn adaptive_coalesce_ms(bucket_ms: f64, lag: i64, has_any_waiters: bool) -> f64 {
     let max = bucket_ms.floor().max(1.0);
@@ -38,7 +44,7 @@ pub fn adaptive_coalesce_ms(bucket_ms: f64, lag: i64, has_any_waiters: bool) -> 
         return max;
     }
     if lag <= 0 {
-        return max.min(10.0);
+        return max.min(CAUGHT_UP_COALESCE_MS);
     }
     if lag <= 5000 {
         return max.min(50.0);
@@ -214,7 +220,7 @@ mod tests {
     #[test]
     fn adaptive_coalesce_follows_m6() {
         assert_eq!(adaptive_coalesce_ms(100.0, 10, false), 100.0);
-        assert_eq!(adaptive_coalesce_ms(100.0, 0, true), 10.0);
+        assert_eq!(adaptive_coalesce_ms(100.0, 0, true), CAUGHT_UP_COALESCE_MS);
         assert_eq!(adaptive_coalesce_ms(100.0, 5000, true), 50.0);
         assert_eq!(adaptive_coalesce_ms(100.0, 5001, true), 100.0);
         assert_eq!(adaptive_coalesce_ms(20.0, 1, true), 20.0);
