@@ -5,11 +5,12 @@
 // unswapped server loses.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { appendFileSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, dirname, resolve } from "node:path";
 import { test, tempDir } from "./harness.mjs";
 import { ROOT, REFERENCE_SRC, runReference, referenceAvailable } from "./reference.mjs";
 import { swap, exportedNames } from "../lib/swap.mjs";
+import { serverCopies } from "./support/server-copies.mjs";
 
 const MODULES = ["sqlite/adapter.ts", "touch/touch_journal.ts", "touch/worker_pool.ts", "touch/manager.ts", "profiles/stateProtocol/routes.ts", "profiles/profile.ts"];
 /** Modules the swap patches (one function) rather than replaces. */
@@ -18,28 +19,6 @@ const swappedLog = (m) =>
   PATCHED.includes(m)
     ? `${m}: patched to use durable-touch/compat (original saved as ${m}.orig)`
     : `${m}: swapped to durable-touch/compat${m === "sqlite/adapter.ts" ? "/sqlite-adapter" : ""} (original saved as ${m}.orig)`;
-
-/**
- * A temp folder holding copies of the reference's src/ (one per name) and a node_modules of
- * symlinks to ours plus `durable-touch` → this checkout, so the copies resolve their imports.
- */
-function serverCopies(...names) {
-  const dir = tempDir("dt-swap-");
-  const modules = join(dir, "node_modules");
-  mkdirSync(modules);
-  const ours = join(ROOT, "node_modules");
-  for (const entry of readdirSync(ours)) symlinkSync(realpathSync(join(ours, entry)), join(modules, entry));
-  symlinkSync(ROOT, join(modules, "durable-touch"));
-  const pkg = join(REFERENCE_SRC, "..", "package.json");
-  return Object.fromEntries(
-    names.map((name) => {
-      mkdirSync(join(dir, name));
-      cpSync(REFERENCE_SRC, join(dir, name, "src"), { recursive: true });
-      cpSync(pkg, join(dir, name, "package.json"));
-      return [name, join(dir, name, "src")];
-    })
-  );
-}
 
 const bytes = (src) => MODULES.map((m) => readFileSync(join(src, m)));
 

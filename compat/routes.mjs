@@ -15,8 +15,10 @@
 function errorResponse(e, respond) {
   switch (e?.code) {
     case "ERR_INVALID_ARGUMENT":
-    case "ERR_INVALID_CURSOR":
       return respond.badRequest(e.message);
+    case "ERR_INVALID_CURSOR":
+      // The engine's message carries a prefix ("invalid touch cursor: …"); the route's is bare.
+      return respond.badRequest(String(e.message).replace(/^invalid touch cursor: /, ""));
     case "ERR_TOUCH_NOT_ENABLED":
       return respond.notFound("touch not enabled");
     case "ERR_STREAM_NOT_FOUND":
@@ -75,7 +77,11 @@ async function handleActivate(args, touchCfg) {
   const parsed = await readJson(req);
   if (!parsed.ok) return respond.badRequest("activate body must be valid JSON");
   const body = parsed.body;
-  const options = body?.inactivityTtlMs === undefined ? undefined : { inactivityTtlMs: body.inactivityTtlMs };
+  // The reference takes only a number here; anything else gets its message from the engine as
+  // NaN does, without the binding copying the value (an array of 70,000 numbers would be
+  // refused as "too large" instead).
+  const ttl = body?.inactivityTtlMs;
+  const options = ttl === undefined ? undefined : { inactivityTtlMs: typeof ttl === "number" ? ttl : NaN };
   let res;
   try {
     touchManager.syncProfile(stream);

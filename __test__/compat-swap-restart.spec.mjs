@@ -1,0 +1,216 @@
+// The swapped server's state on disk, across restarts of the reference server (under Bun):
+// `swap --undo` and restart on the same data dir (and the reverse) keeps the templates, the
+// touch checkpoint and working waits; and a swapped server killed with SIGKILL while it appends
+// and processes keeps every acknowledged append, and its touch processing resumes and catches up.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { test, dt, tempDir, sleep } from "./harness.mjs";
+import { BUN, runReference, referenceAvailable } from "./reference.mjs";
+import { serverCopies } from "./support/server-copies.mjs";
+import { swap } from "../lib/swap.mjs";
+import { openSqliteDatabase } from "../compat/sqlite-adapter.mjs";
+
+const SERVE = join(dirname(fileURLToPath(import.meta.url)), "reference", "swap-serve.ts");
+
+/** Phase "first" on `copy`, then `between(copy)`, then phase "second" on the same data dir. */
+async function lifeAndRestart(copy, between) {
+  const dir = tempDir("dt-swap-data-");
+  const env = { APP_SRC: copy, DATA_DIR: dir };
+  const first = await runReference("swap-restart", { phase: "first" }, { env, retries: 1 });
+  between(copy);
+  const second = await runReference("swap-restart", { phase: "second", ...first }, { env, retries: 1 });
+  return { first, second };
+}
+
+function checkRestart({ first, second }, label) {
+  // The first server: two templates, a woken wait, everything processed before the idle tail.
+  assert.deepEqual(first.activated, { activated: first.templates, denied: [] }, label);
+  assert.deepEqual([first.woken.status, first.woken.touched], [200, true], `${label}: first server's wait`);
+  assert.equal(first.settled.walScannedThrough, first.woken.next, label);
+  assert.equal(first.idle.walScannedThrough, first.woken.next, `${label}: the idle server processed nothing`);
+  assert.notEqual(first.lastOffset, first.woken.next, label);
+  // The second server sees the same templates active...
+  assert.equal(second.atStart.activeTemplates, 2, `${label}: active templates at start`);
+  // ...so with the rate limit's two tokens spent on two new templates, activating the first
+  // two needs no token (a retired template would be rate_limited).
+  assert.equal(second.fresh.activated.length, 2, label);
+  assert.deepEqual(second.again, { activated: first.templates, denied: [] }, `${label}: the first server's templates are active`);
+  assert.equal(second.caughtUp.activeTemplates, 4, label);
+  // It starts from the checkpoint the first server left (or has already processed past it)...
+  assert.ok([first.woken.next, first.lastOffset].includes(second.atStart.walScannedThrough), `${label}: at start ${second.atStart.walScannedThrough}`);
+  // ...and processes exactly the 5 rows after it (not the stream from its start).
+  assert.equal(second.caughtUp.walScannedThrough, first.lastOffset, label);
+  assert.equal(second.caughtUp.scanRowsTotal, 5, `${label}: rows processed after the restart`);
+  assert.deepEqual(second.stale, { stale: true, code: "stale" }, `${label}: the first server's cursor`);
+  assert.deepEqual([second.fine.status, second.fine.touched, second.fine.effectiveWaitKind], [200, true, "fineKey"], `${label}: watch-key wait after restart`);
+  assert.deepEqual([second.coarse.status, second.coarse.touched, second.coarse.effectiveWaitKind], [200, true, "tableKey"], `${label}: table-key wait after restart`);
+  assert.equal(second.tail.walScannedThrough, second.coarse.next, label);
+  const ids = [...Array.from({ length: 56 }, (_, i) => String(i)), "100", "101"];
+  assert.deepEqual(second.rows, ids, `${label}: every row, once, in order`);
+}
+
+test("swap --undo and restart: the unswapped server starts on the swapped one's data dir (templates, checkpoint, waits), and the reverse", async () => {
+  const { undone, swapped } = serverCopies("undone", "swapped");
+  swap(undone);
+  const [a, b] = await Promise.all([
+    lifeAndRestart(undone, (copy) => swap(copy, { undo: true })),
+    lifeAndRestart(swapped, (copy) => swap(copy)),
+  ]);
+  checkRestart(a, "swapped, then undone");
+  checkRestart(b, "unswapped, then swapped");
+}, { timeout: 60_000, skip: !referenceAvailable() });
+
+/** Starts __test__/reference/swap-serve.ts on `dir`; resolves { port, base, child, exited },
+ * which is in `running` until it exits. */
+async function serve(copy, dir, running) {
+  const child = spawn(BUN, ["--no-install", SERVE], {
+    env: { ...process.env, APP_SRC: copy, DATA_DIR: dir },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const exited = new Promise((r) => child.on("exit", (code, signal) => r(signal ?? code)));
+  const srv = { child, exited };
+  running.add(srv);
+  exited.then(() => running.delete(srv));
+  const err = [];
+  child.stderr.on("data", (d) => err.push(d));
+  const port = await new Promise((resolve, reject) => {
+    let buf = "";
+    child.stdout.on("data", (d) => {
+      buf += d;
+      const i = buf.indexOf("\n");
+      if (i >= 0) resolve(JSON.parse(buf.slice(0, i)).port);
+    });
+    exited.then((how) => reject(new Error(`swap-serve exited ${how}: ${Buffer.concat(err)}`)));
+  });
+  return Object.assign(srv, { port, base: `http://127.0.0.1:${port}` });
+}
+
+const JSON_HEADERS = { "content-type": "application/json" };
+async function call(base, path, method = "GET", json) {
+  const res = await fetch(base + path, { method, headers: JSON_HEADERS, body: json === undefined ? undefined : JSON.stringify(json) });
+  const text = await res.text();
+  return { status: res.status, body: text === "" ? null : JSON.parse(text), headers: res.headers };
+}
+
+/** Runs the kill scenario; `running` holds the servers still up (the test kills them at the end). */
+async function killAndRestart(running) {
+  const { swapped } = serverCopies("swapped");
+  swap(swapped);
+  const dir = tempDir("dt-swap-kill-");
+  const ENTITY = "public.items";
+  const table = dt.keys.tableKey(ENTITY);
+  const item = (id, group) => ({ type: ENTITY, key: id, value: { id, group, n: 1 }, headers: { operation: "insert" } });
+
+  let srv = await serve(swapped, dir, running);
+  assert.equal((await call(srv.base, "/v1/stream/k", "PUT")).status < 300, true);
+  const profile = { apiVersion: "durable.streams/profile/v1", profile: { kind: "state-protocol", touch: { enabled: true } } };
+  assert.equal((await call(srv.base, "/v1/stream/k/_profile", "POST", profile)).status, 200);
+  const act = await call(srv.base, "/v1/stream/k/touch/templates/activate", "POST", { templates: [{ entity: ENTITY, fields: [{ name: "group", encoding: "string" }] }] });
+  assert.equal(act.body.activated.length, 1);
+  const templateId = act.body.activated[0].templateId;
+  const cursor = (await call(srv.base, "/v1/stream/k/touch/meta")).body.cursor;
+
+  // 6 appenders of 100-row batches and 20 waiters on table and template keys, until the kill.
+  const acked = new Set();
+  let stop = false;
+  const appender = async (w) => {
+    for (let n = 0; !stop; n++) {
+      const rows = Array.from({ length: 100 }, (_, j) => item(`w${w}-${n}-${j}`, `g${j % 13}`));
+      try {
+        const res = await fetch(`${srv.base}/v1/stream/k`, { method: "POST", headers: JSON_HEADERS, body: JSON.stringify(rows) });
+        await res.arrayBuffer();
+        if (res.status === 200 || res.status === 204) for (const r of rows) acked.add(r.key);
+      } catch {
+        return; // the server is gone
+      }
+    }
+  };
+  const waiter = async (i) => {
+    let c = cursor;
+    while (!stop) {
+      const body = i % 2 ? { cursor: c, keys: [table], interestMode: "coarse", timeoutMs: 2000 } : { cursor: c, keys: [dt.keys.watchKey(templateId, [`g${i % 13}`])], templateIdsUsed: [templateId], timeoutMs: 2000 };
+      try {
+        const r = await call(srv.base, "/v1/stream/k/touch/wait", "POST", body);
+        c = r.body?.cursor ?? c;
+      } catch {
+        return;
+      }
+    }
+  };
+  const load = [...Array.from({ length: 6 }, (_, w) => appender(w)), ...Array.from({ length: 20 }, (_, i) => waiter(i))];
+  // Kill once at least 6,000 rows are acknowledged (or after 4 s), mid-stream.
+  for (let t = 0; t < 400 && acked.size < 6000; t++) await sleep(10);
+  srv.child.kill("SIGKILL");
+  assert.equal(await srv.exited, "SIGKILL");
+  stop = true;
+  await Promise.all(load);
+  assert.ok(acked.size >= 600, `acknowledged before the kill: ${acked.size}`);
+
+  // The checkpoint the killed server left.
+  const db = openSqliteDatabase(join(dir, "wal.sqlite"));
+  const state = db.query("SELECT processed_through FROM stream_touch_state WHERE stream = ?").get("k");
+  const tailRow = db.query("SELECT next_offset FROM streams WHERE stream = ?").get("k");
+  db.close();
+  const checkpoint = BigInt(state?.processed_through ?? -1);
+  const rowsInStream = BigInt(tailRow.next_offset);
+
+  srv = await serve(swapped, dir, running);
+  // Every acknowledged append is there, once, and nothing else but what was sent.
+  const keys = [];
+  let offset = "-1";
+  let tail;
+  for (let page = 0; page < 10_000; page++) {
+    const res = await fetch(`${srv.base}/v1/stream/k?offset=${encodeURIComponent(offset)}`);
+    const rows = await res.json();
+    for (const r of rows) keys.push(r.key);
+    offset = res.headers.get("stream-next-offset");
+    if (res.headers.get("stream-up-to-date") === "true") {
+      tail = offset;
+      break;
+    }
+  }
+  assert.ok(tail, "the read reached the tail");
+  assert.equal(BigInt(keys.length), rowsInStream, "the reads return every row of the stream");
+  const seen = new Set(keys);
+  assert.equal(seen.size, keys.length, "no row twice");
+  const missing = [...acked].filter((k) => !seen.has(k));
+  assert.deepEqual(missing.slice(0, 5), [], `${missing.length} of ${acked.size} acknowledged rows are missing`);
+
+  // Touch processing resumes from the checkpoint and catches up with the tail.
+  let meta;
+  for (let t = 0; t < 1000; t++) {
+    meta = (await call(srv.base, "/v1/stream/k/touch/meta")).body;
+    if (meta.walScannedThrough === tail) break;
+    await sleep(10);
+  }
+  assert.equal(meta.walScannedThrough, tail, "the checkpoint reached the tail");
+  assert.equal(meta.activeTemplates, 1);
+  const behind = rowsInStream - 1n - checkpoint;
+  // It resumed from the checkpoint: it processed the rows behind it, not the stream again.
+  assert.ok(checkpoint >= 0n, `the killed server had processed nothing (${acked.size} rows acknowledged)`);
+  assert.ok(meta.scanRowsTotal >= Number(behind) && meta.scanRowsTotal <= Number(behind) + 1000 && meta.scanRowsTotal < Number(rowsInStream),
+    `processed ${meta.scanRowsTotal} rows after the restart; ${behind} of ${rowsInStream} were after the checkpoint ${checkpoint}`);
+
+  // A wait from a fresh cursor is woken by a new append (a watch key of the template).
+  const fresh = (await call(srv.base, "/v1/stream/k/touch/meta?settle=flush&timeoutMs=3000")).body.cursor;
+  const w = call(srv.base, "/v1/stream/k/touch/wait", "POST", { cursor: fresh, keys: [dt.keys.watchKey(templateId, ["g-after"])], templateIdsUsed: [templateId], timeoutMs: 5000 });
+  await sleep(150);
+  assert.equal((await call(srv.base, "/v1/stream/k", "POST", [item("after", "g-after")])).status < 300, true);
+  const r = await w;
+  assert.deepEqual([r.status, r.body.touched], [200, true], JSON.stringify(r.body));
+}
+
+test("a swapped server killed (SIGKILL) while it appends and processes: every acknowledged append is readable after a restart, touch processing resumes and catches up, waits work", async () => {
+  const running = new Set();
+  try {
+    await killAndRestart(running);
+  } finally {
+    // A failed assertion must not leave a server behind.
+    for (const s of running) {
+      s.child.kill("SIGKILL");
+      await s.exited;
+    }
+  }
+}, { timeout: 60_000, skip: !referenceAvailable() });
