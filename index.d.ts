@@ -398,6 +398,12 @@ export interface StoreOpenOptions {
   maxAppendBytes?: number
   /** Most rows in one append call (default 100,000). */
   maxAppendRows?: number
+  /**
+   * A host program's connection to the same file, from `durable-touch/compat/sqlite-adapter`
+   * (`hostConnectionOf(db)`): the store commits on it, between the host's transactions, and
+   * reads on connections of its own (see `Store::open_on_host`).
+   */
+  hostConnection?: unknown
 }
 
 /** `Store.stats()`: counters since open and file sizes. */

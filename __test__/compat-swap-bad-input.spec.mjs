@@ -98,7 +98,7 @@ test("activations beyond the template caps and the rate limit: the same activate
   const EXPECTED = {
     "caps:b1, b2, b3 in one call": b11,
     "stream-cap:p, q, r in one call": b11,
-    // NOT in docs/deviations.md (reported): with a fractional cap (1.5, which the profile
+    // deviations.md (B12, B13, B21, B23 row): with a fractional cap (1.5, which the profile
     // accepts) the reference evicts nothing, its `LIMIT 0.5` query failing inside a `try`;
     // the engine rounds the excess up and evicts one.
     "fractional:meta": (p, i) => (i === 2 ? { ...p, activeTemplates: 1 } : p),
