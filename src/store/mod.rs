@@ -45,6 +45,10 @@ pub type AppendHook = Arc<dyn Fn(&str, &AppendOutcome, u64) + Send + Sync>;
 /// Longest accepted stream name, in bytes.
 pub const MAX_STREAM_NAME_BYTES: usize = 1024;
 
+/// Statements the writer keeps prepared: its own writes plus the seven shapes of the WAL
+/// insert (rusqlite's default of 16 would evict some of them on every group).
+pub(crate) const WRITER_STATEMENT_CACHE: usize = 64;
+
 /// A handle to an open store. Cheap to clone; all clones share one writer and one reader pool.
 #[derive(Clone)]
 pub struct Store {
@@ -113,6 +117,7 @@ impl Store {
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
             | OpenFlags::SQLITE_OPEN_URI;
         let mut conn = open_conn(rw_flags)?;
+        conn.set_prepared_statement_cache_capacity(WRITER_STATEMENT_CACHE);
         schema::init(&mut conn)?;
 
         let readers = if in_memory || options.readers == 0 {

@@ -385,3 +385,40 @@ fn a_store_on_the_hosts_connection_never_overtakes_the_hosts_open_read() {
     assert!(err.to_string().contains("locked") || err.to_string().contains("BUSY"), "{err}");
     host_write_after(true).unwrap();
 }
+
+#[test]
+fn calls_of_every_size_land_row_by_row_in_order() {
+    // Appends go in multi-row statements of up to 64 rows in power-of-two chunks: sizes around
+    // each chunk boundary, with and without routing keys, must each land as their own rows.
+    let (_d, store) = temp_store();
+    blocking(|r| store.create_stream("s".into(), Some("application/json".into()), None, r)).unwrap();
+    let mut expected: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+    for (call, n) in [1usize, 2, 3, 7, 63, 64, 65, 127, 128, 129, 200, 1000].into_iter().enumerate() {
+        let payloads: Vec<Vec<u8>> = (0..n).map(|i| format!("{{\"c\":{call},\"i\":{i}}}").into_bytes()).collect();
+        let routing_keys = (call % 2 == 1).then(|| {
+            (0..n).map(|i| (i % 3 != 0).then(|| format!("{:016x}", call * 10_000 + i).into_bytes())).collect::<Vec<_>>()
+        });
+        let req = AppendRequest {
+            stream: "s".into(),
+            payloads: payloads.clone(),
+            routing_keys: routing_keys.clone(),
+            ..Default::default()
+        };
+        let first = expected.len() as i64;
+        let out = blocking(|r| store.append(req, r)).unwrap();
+        assert_eq!((out.first_offset, out.next_offset), (first, first + n as i64));
+        for (i, p) in payloads.into_iter().enumerate() {
+            expected.push((p, routing_keys.as_ref().and_then(|k| k[i].clone())));
+        }
+    }
+    let rows = read_all(&store, "s");
+    assert_eq!(rows.len(), expected.len());
+    for (o, (row, (payload, rk))) in rows.iter().zip(&expected).enumerate() {
+        assert_eq!(row.offset, o as i64);
+        assert_eq!(&row.payload, payload, "payload at offset {o}");
+        assert_eq!(&row.routing_key, rk, "routing key at offset {o}");
+    }
+    let bytes: i64 = expected.iter().map(|(p, _)| p.len() as i64).sum();
+    let st = blocking(|r| store.get_stream("s".into(), r)).unwrap().unwrap();
+    assert_eq!((st.next_offset, st.wal_rows, st.wal_bytes), (expected.len() as i64, expected.len() as i64, bytes));
+}

@@ -159,6 +159,44 @@ impl StreamCache {
     }
 }
 
+/// The most rows one `INSERT INTO wal` statement carries. One statement of many rows costs
+/// SQLite less per row than a statement per row (parsing the bindings, the VDBE program's
+/// start and end, the b-tree seek); 64 rows bind 259 parameters, well under SQLite's limit.
+const MAX_ROWS_PER_INSERT: usize = 64;
+
+/// How many of `remaining` rows the next statement takes: the largest power of two not above
+/// either, so that at most seven statement shapes exist (and stay in the statement cache).
+fn insert_chunk(remaining: usize) -> usize {
+    let cap = remaining.min(MAX_ROWS_PER_INSERT);
+    1 << (usize::BITS - 1 - cap.leading_zeros())
+}
+
+/// `INSERT INTO wal … VALUES` for `rows` rows (a power of two up to [`MAX_ROWS_PER_INSERT`]):
+/// `?1` stream, `?2` time, `?3` content type shared by the rows; from `?4` on four per row
+/// (offset, payload, payload length, routing key).
+fn insert_sql(rows: usize) -> &'static str {
+    static SQL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let all = SQL.get_or_init(|| {
+        (0..=MAX_ROWS_PER_INSERT.trailing_zeros())
+            .map(|p| {
+                let mut sql = String::from(
+                    "INSERT INTO wal(stream, offset, ts_ms, payload, payload_len, routing_key, content_type, flags) VALUES ",
+                );
+                for r in 0..1usize << p {
+                    let at = 4 + 4 * r;
+                    if r > 0 {
+                        sql.push(',');
+                    }
+                    sql.push_str(&format!("(?1, ?{at}, ?2, ?{}, ?{}, ?{}, ?3, 0)", at + 1, at + 2, at + 3));
+                }
+                sql
+            })
+            .collect()
+    });
+    debug_assert!(rows.is_power_of_two() && rows <= MAX_ROWS_PER_INSERT);
+    &all[rows.trailing_zeros() as usize]
+}
+
 /// An append of one call (S8), applied without a savepoint: all checks happen before the
 /// first insert.
 pub(crate) struct AppendJob {
@@ -200,23 +238,26 @@ impl WriteJob for AppendJob {
         let ts = req.append_ms.unwrap_or_else(|| now.max(st.last_append_ms.saturating_add(1)));
         let content_type: &str = req.content_type.as_deref().unwrap_or(&st.content_type);
         let first = st.next_offset;
-        let mut insert = conn.prepare_cached(
-            "INSERT INTO wal(stream, offset, ts_ms, payload, payload_len, routing_key, content_type, flags) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0)",
-        )?;
         let mut bytes = 0i64;
-        for (i, payload) in req.payloads.iter().enumerate() {
-            let rk = req.routing_keys.as_ref().and_then(|k| k[i].as_deref());
-            insert.execute(params![
-                req.stream,
-                first + i as i64,
-                ts,
-                payload,
-                payload.len() as i64,
-                rk,
-                content_type
-            ])?;
-            bytes += payload.len() as i64;
+        let mut done = 0usize;
+        while done < req.payloads.len() {
+            let rows = insert_chunk(req.payloads.len() - done);
+            let mut insert = conn.prepare_cached(insert_sql(rows))?;
+            insert.raw_bind_parameter(1, &req.stream)?;
+            insert.raw_bind_parameter(2, ts)?;
+            insert.raw_bind_parameter(3, content_type)?;
+            for r in 0..rows {
+                let i = done + r;
+                let payload = &req.payloads[i];
+                let at = 4 + 4 * r;
+                insert.raw_bind_parameter(at, first + i as i64)?;
+                insert.raw_bind_parameter(at + 1, payload)?;
+                insert.raw_bind_parameter(at + 2, payload.len() as i64)?;
+                insert.raw_bind_parameter(at + 3, req.routing_keys.as_ref().and_then(|k| k[i].as_deref()))?;
+                bytes += payload.len() as i64;
+            }
+            insert.raw_execute()?;
+            done += rows;
         }
         let n = req.payloads.len() as i64;
         st.next_offset = first + n;
@@ -301,6 +342,7 @@ impl WriterConn {
             let out = unsafe {
                 host.with_idle_handle(|db| {
                     let conn = Connection::from_handle(db)?;
+                    conn.set_prepared_statement_cache_capacity(super::WRITER_STATEMENT_CACHE);
                     let out = (f.take().expect("runs once"))(&conn);
                     conn.flush_prepared_statement_cache();
                     drop(conn);
