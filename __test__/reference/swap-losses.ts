@@ -5,10 +5,35 @@
 //
 // - B1: a fine budget of 3 per batch, 40 waiters on 40 tenants, one append of 40 inserts;
 // - B2: a lag of 600 rows with restricted mode from 50; an untemplated waiter on one row's key;
+// - B3: restricted mode (from a lag of 50, back to fine only at 0) and `memory.bucketMs` of a
+//   day, so that one wall-clock bucket of the reference's restricted template-touch dedupe
+//   (`coalesceRestrictedTemplateTouches`) spans two batches. A templated wait is woken by the
+//   first restricted batch (100 rows); from the cursor it got back, the next wait (templated,
+//   planned `templateKey` since the stream is restricted) watches the tenant of one row
+//   appended next. Its batch is restricted too and touches the same template key, which the
+//   reference drops as sent in this bucket (it was, in a generation the waiter had already
+//   seen; `fineTouchesSkippedTemplateBucketTotal` counts it). With the default 100 ms bucket
+//   the same loss needs two restricted batches in one 100 ms bucket with a flush (50 ms under
+//   lag) between them. The scenario checks that the row was processed by the time the wait
+//   answered, and waits for the next day's bucket if this one ends within 30 s;
 // - B4: a change processed while nobody waits, then a wait from a cursor taken before it;
 // - B5: an update without old_value that moves a row out of the watched tenant, and a delete
 //   without old_value;
-// - B6: a same-tuple update of an array field, watched by its projected-field key.
+// - B6: a same-tuple update of an array field, watched by its projected-field key;
+// - B7: the stored profile (`stream_profiles.profile_json`) is made unreadable for a while by
+//   the test, through the server's own SQLite library (the copy's `sqlite/adapter.ts`:
+//   bun:sqlite unswapped, durable-touch's swapped; a second library on the file in this
+//   process would break its POSIX locks). Just before, two waits (untemplated, templated) are
+//   parked on the tenant of the last of 3,000 rows appended; the reference processes at most
+//   500 rows a batch, so a later batch meets the bad profile and deletes the stream's touch
+//   state (`processOne`). The bad profile is held until the touch state is gone or the waits
+//   have answered, and at least 1.2 s (the swapped engine re-reads profiles every second), then
+//   restored. While it is bad, both servers refuse appends and touch routes on the stream; the
+//   swapped engine's poll also drops the stream's touch config until it reads a good profile
+//   again (its routes answer 404 `touch not enabled` meanwhile, and a journal without waiters
+//   is rebuilt: a new epoch), so the scenario waits 1.2 s more. Then two more waits, from a
+//   cursor taken now, watch one new row. The reference processes the stream no more (no touch
+//   state until its profile is saved again or the server restarts): all four time out.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -132,9 +157,70 @@ async function b6() {
   return [await w];
 }
 
-const [B1, B2, B4, B5, B6] = await Promise.all([b1(), b2(), b4(), b5(), b6()]);
+const DAY_MS = 86_400_000;
+
+async function b3() {
+  // The dedupe's bucket is floor(Date.now() / bucketMs): keep both batches inside one.
+  const left = DAY_MS - (Date.now() % DAY_MS);
+  if (left < 30_000) await sleep(left + 10);
+  const cursor0 = await stream("b3", { lagDegradeFineTouchesAtSourceOffsets: 50, lagRecoverFineTouchesAtSourceOffsets: 0, memory: { bucketMs: DAY_MS } });
+  const first = call(`/v1/stream/b3/touch/wait`, "POST", { cursor: cursor0, keys: [watch("t-a")], templateIdsUsed: [templateId], timeoutMs: 4500 });
+  await sleep(100);
+  await append("b3", Array.from({ length: 100 }, (_, i) => insert(row(i, i === 0 ? "t-a" : `t${i % 7}`))));
+  const r = await first;
+  if (!r.touched) throw new Error("b3: the first (restricted) batch did not wake its wait");
+  const w = wait("b3", { cursor: r.cursor, keys: [watch("t-b")], templateIdsUsed: [templateId], timeoutMs: 4500 });
+  await sleep(100);
+  const next = await append("b3", [insert(row(100, "t-b"))]);
+  const touched = await w;
+  const meta = await call(`/v1/stream/b3/touch/meta`);
+  if (process.env.DEBUG) console.error("b3 meta", meta.touchMode, meta.fineTouchesSkippedTemplateBucketTotal, meta.walScannedThrough, next);
+  if (meta.walScannedThrough !== next) throw new Error(`b3: the row was not processed by the time the wait answered (${meta.walScannedThrough}, ${next})`);
+  return [touched];
+}
+
+async function b7() {
+  const { openSqliteDatabase } = await import(`${APP}/sqlite/adapter.ts`);
+  const cursor = await stream("b7", {});
+  const sql = openSqliteDatabase(cfg.dbPath);
+  sql.exec("PRAGMA busy_timeout=5000;");
+  const saved = sql.query("SELECT profile_json FROM stream_profiles WHERE stream=?").get("b7");
+  const setProfile = (json: string) => sql.query("UPDATE stream_profiles SET profile_json=?, updated_at_ms=updated_at_ms+1 WHERE stream=?").run(json, "b7");
+  let answered = 0;
+  const parked = [
+    wait("b7", { cursor, keys: [watch("t-7")], timeoutMs: 4500 }),
+    wait("b7", { cursor, keys: [watch("t-7")], templateIdsUsed: [templateId], timeoutMs: 4500 }),
+  ].map((p) => p.finally(() => answered++));
+  await sleep(100);
+  await append("b7", Array.from({ length: 3000 }, (_, i) => insert(row(i, i === 2999 ? "t-7" : `t${i % 7}`))));
+  setProfile('{"kind":"state-protocol","touch":');
+  const since = Date.now();
+  for (;;) {
+    await sleep(50);
+    const gone = !sql.query("SELECT 1 AS x FROM stream_touch_state WHERE stream=?").get("b7");
+    if ((gone || answered === parked.length) && Date.now() - since >= 1200) break;
+    if (Date.now() - since >= 8000) break;
+  }
+  setProfile(saved.profile_json);
+  // The swapped engine's poll, which read the bad row, took touch away from the stream until
+  // it reads a good one (see the header): its routes answer 404 until then.
+  await sleep(1200);
+  const cursor2 = (await call(`/v1/stream/b7/touch/meta`)).cursor;
+  const later = [
+    wait("b7", { cursor: cursor2, keys: [watch("t-8")] }),
+    wait("b7", { cursor: cursor2, keys: [watch("t-8")], templateIdsUsed: [templateId] }),
+  ];
+  await sleep(100);
+  await append("b7", [insert(row(3000, "t-8"))]);
+  const out = await Promise.all([...parked, ...later]);
+  if (process.env.DEBUG) console.error("b7 touch state", sql.query("SELECT processed_through FROM stream_touch_state WHERE stream=?").get("b7"));
+  sql.close();
+  return out;
+}
+
+const [B1, B2, B3, B4, B5, B6, B7] = await Promise.all([b1(), b2(), b3(), b4(), b5(), b6(), b7()]);
 server.stop(true);
 await app.close();
 rmSync(root, { recursive: true, force: true });
-output({ B1, B2, B4, B5, B6 });
+output({ B1, B2, B3, B4, B5, B6, B7 });
 process.stdout.write("", () => process.exit(0));
