@@ -1091,10 +1091,13 @@ impl Inner {
 
     /// Reads the profiles of `streams` (every state-protocol stream when `None`) from the file
     /// and adopts them: for a host that saves profiles itself (`EngineOptions::profile_poll_ms`).
-    /// A listed stream that is no longer state-protocol keeps no touch config.
+    /// A listed stream that is no longer state-protocol keeps no touch config. A stored profile
+    /// that does not validate (a host mid-way through rewriting it, a corrupt row) is not
+    /// adopted: the stream keeps the config it has, so its routes keep answering and its
+    /// journal and cursors survive until a valid profile is read (deviations.md, B7).
     pub(crate) fn reload_profiles(&self, streams: Option<Vec<String>>) -> Result<()> {
         let all = streams.is_none();
-        let read: Vec<(String, Option<StateProtocolProfile>)> = blocking(|r| {
+        let read: Vec<(String, Option<std::result::Result<StateProtocolProfile, String>>)> = blocking(|r| {
             self.store.query(
                 move |conn| {
                     let names = match streams {
@@ -1103,12 +1106,8 @@ impl Inner {
                     };
                     let mut out = Vec::with_capacity(names.len());
                     for s in names {
-                        // A stored profile that no longer validates is skipped, as at open.
-                        match profile::read_profile(conn, &s)? {
-                            Some(Ok(p)) => out.push((s, Some(p))),
-                            Some(Err(_)) => {}
-                            None => out.push((s, None)),
-                        }
+                        let p = profile::read_profile(conn, &s)?;
+                        out.push((s, p));
                     }
                     Ok(out)
                 },
@@ -1118,7 +1117,8 @@ impl Inner {
         let listed: HashSet<String> = read.iter().map(|(s, _)| s.clone()).collect();
         for (stream, p) in read {
             match p {
-                Some(p) => self.adopt_profile(&stream, p),
+                Some(Ok(p)) => self.adopt_profile(&stream, p),
+                Some(Err(_)) => {}
                 None if self.state.lock().streams.contains_key(&stream) => {
                     self.adopt_profile(&stream, StateProtocolProfile { touch: None })
                 }

@@ -160,3 +160,30 @@ fn an_activation_during_a_batch_touches_the_new_template_key_after_it() {
     assert!(touched_since(g1, tkey(&b)));
     blocking(|r| engine.close(r)).unwrap();
 }
+
+#[test]
+fn a_stored_profile_that_stops_validating_leaves_the_stream_as_it_was() {
+    // A host rewriting its profile row (or a corrupt row) must not switch touch off: the
+    // stream keeps its config, journal and cursors until a valid profile is read again.
+    let (_d, store, engine) = setup();
+    let before = engine.cursor("s").unwrap();
+    blocking(|r| {
+        store.write(
+            |conn| {
+                conn.execute("UPDATE stream_profiles SET profile_json = '{not json' WHERE stream = 's'", [])?;
+                Ok(())
+            },
+            r,
+        )
+    })
+    .unwrap();
+    engine.reload_profiles(None).unwrap();
+    assert_eq!(engine.cursor("s").unwrap(), before, "the stream keeps its journal and cursor");
+    append(&store, &[r#"{"type":"public.t","key":"1","value":{"id":1},"headers":{"operation":"insert"}}"#]);
+    let rx = wait(
+        &engine,
+        &format!(r#"{{"cursor":"{before}","keys":["{}"],"timeoutMs":3000}}"#, hex16(table_key(b"public.t"))),
+    );
+    let reply = rx.recv_timeout(Duration::from_secs(5)).unwrap().unwrap();
+    assert!(reply.touched, "a change after the bad read still wakes: {reply:?}");
+}
