@@ -5,12 +5,12 @@ use napi::bindgen_prelude::*;
 use napi::sys;
 use napi_derive::napi;
 
-use super::js::{throw, unknown, Js, Out};
+use super::napi::{throw, unknown, Js, Out};
 use crate::error::Error;
 use crate::jscompat::string::JsString;
 use crate::keys::{self, ArgValue, Encoding};
 
-fn js(env: &Env, v: &Unknown) -> Js {
+fn js<'env>(env: &'env Env, v: &Unknown) -> Js<'env> {
     Js::new(env, v.raw())
 }
 
@@ -152,9 +152,7 @@ pub fn encode_template_arg<'env>(env: &'env Env, value: Unknown, encoding: Unkno
             ArgValue::String(owned.as_bytes())
         }
         sys::ValueType::napi_bigint => {
-            let mut s = std::ptr::null_mut();
-            unsafe { sys::napi_coerce_to_string(env.raw(), v.raw, &mut s) };
-            bigint = Js::new(env, s).string("value").map_err(|e| throw(env, e))?;
+            bigint = v.coerce_to_string("value").map_err(|e| throw(env, e))?;
             ArgValue::BigInt(&bigint)
         }
         _ => ArgValue::Other,
@@ -192,8 +190,8 @@ pub fn canonicalize_template_fields<'env>(env: &'env Env, fields: Unknown) -> na
     let mut result = Vec::with_capacity(parsed.len());
     for (_, (name, encoding)) in parsed {
         let o = out.object()?;
-        out.set(o, "name", name.map(|n| n.raw).unwrap_or(out.undefined()?))?;
-        out.set(o, "encoding", encoding.map(|e| e.raw).unwrap_or(out.undefined()?))?;
+        out.set(o, "name", name.map(|n| n.raw()).unwrap_or(out.undefined()?))?;
+        out.set(o, "encoding", encoding.map(|e| e.raw()).unwrap_or(out.undefined()?))?;
         result.push(o);
     }
     Ok(unknown(env, out.array(result)?))
