@@ -412,7 +412,7 @@ mod tests {
     fn fields_lists_every_property_parse_reads() {
         // The binding copies only WaitArgs::FIELDS out of the JS request; a field read here but
         // missing there would silently read as absent.
-        let src = include_str!("wait.rs");
+        let src = include_str!("request.rs");
         let needle = ["get(bo", "dy, \""].concat();
         let mut read: Vec<&str> = src
             .match_indices(&needle)
