@@ -177,7 +177,8 @@ pub struct TouchJournalIntervalStats {
     pub heap_size: f64,
 }
 
-/// A parsed cursor.
+/// A parsed touch cursor: the epoch (16 lowercase hex) and the generation (a non-negative
+/// integer, not capped: past 2^53 it is rounded, as in JavaScript).
 #[napi(object, object_from_js = false)]
 pub struct ParsedTouchCursor {
     pub epoch: String,
@@ -872,7 +873,8 @@ pub fn parse_touch_cursor(env: &Env, raw: Unknown) -> napi::Result<Option<Parsed
     Ok(parse_cursor(&s).map(|c| ParsedTouchCursor { epoch: c.epoch.to_string(), generation: c.generation }))
 }
 
-/// `<epoch>:<generation>` with the generation floored and at least 0.
+/// J3: `<epoch>:<generation>` with the generation floored and at least 0 (a NaN generation is
+/// refused: the reference would format `e:NaN`, which its own parser refuses).
 #[napi(ts_args_type = "epoch: string, generation: number")]
 pub fn format_touch_cursor(env: &Env, epoch: Unknown, generation: Unknown) -> napi::Result<String> {
     let r = (|| {

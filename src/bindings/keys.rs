@@ -196,25 +196,3 @@ pub fn canonicalize_template_fields<'env>(env: &'env Env, fields: Unknown) -> na
     }
     Ok(unknown(env, out.array(result)?))
 }
-
-/// A parsed touch cursor.
-#[napi(object, object_from_js = false)]
-pub struct ParsedTouchCursor {
-    pub epoch: String,
-    pub generation: f64,
-}
-
-/// `parseTouchCursor(raw)` (J3): `{ epoch, generation }` or null.
-#[napi(namespace = "keys", ts_args_type = "raw: string")]
-pub fn parse_touch_cursor(env: &Env, raw: Unknown) -> napi::Result<Option<ParsedTouchCursor>> {
-    let raw = js(env, &raw).string("raw").map_err(|e| throw(env, e))?;
-    Ok(keys::parse_touch_cursor(&raw).map(|c| ParsedTouchCursor { epoch: c.epoch, generation: c.generation }))
-}
-
-/// `formatTouchCursor(epoch, generation)` (J3).
-#[napi(namespace = "keys", ts_args_type = "epoch: string, generation: number", ts_return_type = "string")]
-pub fn format_touch_cursor(env: &Env, epoch: Unknown, generation: Unknown) -> napi::Result<String> {
-    let epoch = js(env, &epoch).string("epoch").map_err(|e| throw(env, e))?;
-    let generation = js(env, &generation).number("generation").map_err(|e| throw(env, e))?;
-    Ok(keys::format_touch_cursor(&epoch, generation))
-}
