@@ -33,6 +33,14 @@ use super::napi::{js_error, throw, unknown, Js, Port, RawValue};
 use crate::error::Error;
 use crate::journal::{KeyIds, WaitRequest, MAX_WAIT_KEYS};
 
+/// `_maxWaitKeys`: most key ids (and exact keys) one native wait takes, for `compat/journal.mjs`,
+/// which splits a longer wait into several.
+/// (A function: napi-rs ignores `js_name` on a constant.)
+#[napi(js_name = "_maxWaitKeys", skip_typescript)]
+pub fn max_wait_keys() -> u32 {
+    MAX_WAIT_KEYS as u32
+}
+
 /// What the JavaScript methods hold per journal.
 struct JournalHandle {
     journal: JsJournal,

@@ -8,8 +8,8 @@ use crate::jscompat::json::Value;
 use crate::jscompat::string::trim_str;
 use crate::keys::{key_id, table_key, template_bits, template_key, touch_key_id_from_routing_key};
 
-/// Most keys / key ids per wait (W1).
-pub const MAX_WAIT_KEYS: usize = 1024;
+/// Most keys / key ids per wait (W1): the journal's limit.
+pub use crate::journal::MAX_WAIT_KEYS;
 /// Most template ids per wait (ours: the reference has no cap, and its dedupe is quadratic).
 pub const MAX_TEMPLATE_IDS_USED: usize = 1024;
 /// The longest list any wait field may hold. [`WaitArgs::parse`] refuses a longer list by its
