@@ -141,7 +141,10 @@ impl<'env> Call<'_, 'env> {
     /// other JS value is touched, so borrowed typed-array memory cannot change in between).
     fn bind_one(&self, cur: &mut Cursor<'_>, index: usize, v: Js<'env>) -> JsResult<()> {
         match v.type_of() {
-            sys::ValueType::napi_number => cur.bind(index, number_value(v.number("parameter")?)),
+            // The type is known: read without checking it again (one N-API call per value).
+            sys::ValueType::napi_number => {
+                cur.bind(index, number_value(v.try_number().ok_or_else(|| Error::invalid("parameter"))?))
+            }
             sys::ValueType::napi_string => {
                 v.with_utf8::<512, _>("parameter", |b| cur.bind(index, ValueRef::Text(b)))?
             }
@@ -325,20 +328,28 @@ mod imp {
 
     /// `_sqlSlots()`: the environment's result slots, as an ArrayBuffer over native memory (see
     /// [`SqlSlots`]): detaching or dropping the buffer cannot free what the native side writes.
+    /// Every call gives the same buffer, unless it was detached: then a new one over the same
+    /// memory.
     pub fn slots_cb(c: &Call) -> JsResult<Raw> {
         let env = c.info.env;
         let existing = SLOTS.with(|s| match s.borrow().as_ref() {
-            Some((r, _)) if r.is_of(env) => r.value(env).map(|v| v.raw()),
+            Some((r, slots)) if r.is_of(env) => Some((r.value(env).map(|v| v.raw()), slots.clone())),
             _ => None,
         });
-        if let Some(ab) = existing {
-            return Ok(ab);
-        }
-        let slots = SqlSlots::new();
+        let slots = match existing {
+            Some((Some(ab), _)) if !c.out().js(ab).is_detached_array_buffer() => return Ok(ab),
+            Some((_, slots)) => slots,
+            None => SqlSlots::new(),
+        };
         let ab = slots.array_buffer(env)?;
         let r = Ref::new(c.out().js(ab), 1)?;
-        // A previous entry belongs to another environment, whose references died with it.
-        SLOTS.with(|s| s.replace(Some((r, slots))));
+        let old = SLOTS.with(|s| s.replace(Some((r, slots))));
+        if let Some((old_ref, _)) = old {
+            // Ours (the detached buffer's) is deleted; one of another environment died with it.
+            if old_ref.is_of(env) {
+                old_ref.delete(env)?;
+            }
+        }
         Ok(ab)
     }
 

@@ -306,35 +306,36 @@ pub(crate) fn arg<'env>(env: &'env Env, v: &Option<Unknown>) -> Option<Js<'env>>
 /// time: a hit of another flush (or another env) empties it first, so it never outgrows the
 /// keys of one bucket, and at most [`HIT_CACHE_MAX`] of those.
 struct HitCache {
+    /// The environment the references belong to.
+    env: sys::napi_env,
     /// The flush the cached hits belong to (its hit with key id 0).
     flush: Option<TouchHit>,
-    /// Strong references of one environment (each `Ref` knows which).
     refs: rustc_hash::FxHashMap<TouchHit, Ref>,
 }
 
 const HIT_CACHE_MAX: usize = 65_536;
 
 impl HitCache {
-    /// Forgets every cached hit; the references of `env` are deleted, those of another
-    /// environment (a worker that ended, say) died with it.
-    fn clear(&mut self, env: &Env) {
+    /// Forgets every cached hit and starts over for `env`: the references of `env` are
+    /// deleted, those of another environment (a worker that ended, say) died with it.
+    fn reset(&mut self, env: &Env, flush: TouchHit) {
         for (_, r) in self.refs.drain() {
             if r.is_of(env) {
                 // A live reference of this environment: deleting cannot fail.
                 let _deleted = r.delete(env);
             }
         }
-        self.flush = None;
-    }
-
-    fn is_of(&self, env: &Env) -> bool {
-        self.refs.values().next().is_none_or(|r| r.is_of(env))
+        self.env = env.raw();
+        self.flush = Some(flush);
     }
 }
 
 thread_local! {
-    static HITS: std::cell::RefCell<HitCache> =
-        std::cell::RefCell::new(HitCache { flush: None, refs: rustc_hash::FxHashMap::default() });
+    static HITS: std::cell::RefCell<HitCache> = std::cell::RefCell::new(HitCache {
+        env: std::ptr::null_mut(),
+        flush: None,
+        refs: rustc_hash::FxHashMap::default(),
+    });
 }
 
 /// `{ generation, keyId, bucketMaxSourceOffsetSeq, flushAtMs, bucketStartMs }` or null.
@@ -345,9 +346,8 @@ fn hit_js(env: &Env, hit: Option<TouchHit>) -> JsResult<RawValue> {
     let flush = TouchHit { key_id: 0, ..h };
     HITS.with(|cache| {
         let mut c = cache.borrow_mut();
-        if !c.is_of(env) || c.flush != Some(flush) || c.refs.len() >= HIT_CACHE_MAX {
-            c.clear(env);
-            c.flush = Some(flush);
+        if c.env != env.raw() || c.flush != Some(flush) || c.refs.len() >= HIT_CACHE_MAX {
+            c.reset(env, flush);
         }
         if let Some(v) = c.refs.get(&h).and_then(|r| r.value(env)) {
             return Ok(v.raw());

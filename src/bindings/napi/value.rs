@@ -403,6 +403,14 @@ impl<'env> Js<'env> {
         Ok(Some(unsafe { std::slice::from_raw_parts(data as *const u8, len) }))
     }
 
+    /// Whether this is an ArrayBuffer that was detached (transferred away).
+    pub fn is_detached_array_buffer(&self) -> bool {
+        let mut detached = false;
+        // SAFETY: see the module doc. Fails (and is answered `false`) for a value that is not an
+        // ArrayBuffer.
+        check(unsafe { sys::napi_is_detached_arraybuffer(self.env, self.raw, &mut detached) }).is_ok() && detached
+    }
+
     /// A `Buffer`/`Uint8Array` (copied) or a string (as UTF-8).
     pub fn bytes(&self, what: &str) -> Result<Vec<u8>> {
         if let Some(b) = self.byte_slice() {
