@@ -53,15 +53,23 @@ use crate::error::{Error, Result};
 
 /// The one N-API status → error helper: `Ok` for `napi_ok`, else `ERR_INTERNAL` naming the
 /// status.
+#[inline]
 pub fn check(status: sys::napi_status) -> Result<()> {
     if status == sys::Status::napi_ok {
         Ok(())
     } else {
-        Err(Error::Internal(format!("napi call failed with status {status} ({})", status_name(status))))
+        Err(failed(status))
     }
 }
 
+#[cold]
+#[inline(never)]
+fn failed(status: sys::napi_status) -> Error {
+    Error::Internal(format!("napi call failed with status {status} ({})", status_name(status)))
+}
+
 /// [`check`] for code that returns napi-rs's `Result` (conversion callbacks, `#[napi]` bodies).
+#[inline]
 pub fn check_napi(status: sys::napi_status) -> napi::Result<()> {
     check(status).map_err(internal)
 }

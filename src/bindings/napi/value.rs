@@ -16,7 +16,7 @@ use std::ptr;
 use napi::bindgen_prelude::{ToNapiValue, Unknown};
 use napi::{sys, Env};
 
-use super::check;
+use super::{check, check_napi};
 use crate::error::{Error, Result};
 use crate::jscompat::json::{Object as JsonObject, Value as JsonValue};
 use crate::jscompat::string::{has_lone_surrogate, wtf8_from_utf16, JsString};
@@ -53,6 +53,7 @@ impl<'env> Js<'env> {
     }
 
     /// The value's type; a missing argument (a null handle) reads as `undefined`.
+    #[inline]
     pub fn type_of(&self) -> sys::napi_valuetype {
         if self.raw.is_null() {
             return sys::ValueType::napi_undefined;
@@ -61,7 +62,9 @@ impl<'env> Js<'env> {
         // SAFETY: see the module doc; `t` is a local of the type N-API writes.
         let status = unsafe { sys::napi_typeof(self.env, self.raw, &mut t) };
         // napi_typeof fails only for an invalid handle; such a value is treated as undefined.
-        if check(status).is_err() {
+        // (The status is compared here, not through `check`: this runs several times per call
+        // on hot paths.)
+        if status != sys::Status::napi_ok {
             return sys::ValueType::napi_undefined;
         }
         t
@@ -110,6 +113,7 @@ impl<'env> Js<'env> {
 
     /// Calls `f` with the string's UTF-8 text, read into a stack buffer of `N` bytes when it
     /// fits (hot paths), else into a heap buffer.
+    #[inline]
     pub fn with_utf8<const N: usize, R>(&self, what: &str, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         if self.type_of() != sys::ValueType::napi_string {
             return Err(Error::invalid(format!("{what} must be a string")));
@@ -127,6 +131,7 @@ impl<'env> Js<'env> {
     }
 
     /// Calls `f` with the string's text (valid UTF-8), read into a stack buffer when short.
+    #[inline]
     pub fn with_str<R>(&self, what: &str, f: impl FnOnce(&str) -> R) -> Result<R> {
         let text =
             |b: &[u8]| std::str::from_utf8(b).map(f).map_err(|_| Error::invalid(format!("{what} is not valid text")));
@@ -183,6 +188,7 @@ impl<'env> Js<'env> {
     }
 
     /// A bigint's value truncated to i64, and whether that was lossless.
+    #[inline]
     pub fn bigint_i64(&self) -> Result<(i64, bool)> {
         let mut v = 0i64;
         let mut lossless = false;
@@ -447,9 +453,9 @@ impl<'env> Js<'env> {
     /// The payload of an external value when it carries `tag`, else `None` (see
     /// [`super::handle`]).
     pub(super) fn tagged_external(&self, tag: &sys::napi_type_tag) -> Option<*mut c_void> {
-        if self.type_of() != sys::ValueType::napi_external {
-            return None;
-        }
+        // No type check first (an N-API call per use on hot paths): checking the tag of any
+        // other value fails or answers false, and only our externals carry our tags;
+        // napi_get_value_external still refuses a value that is not an external.
         let mut ours = false;
         // SAFETY: see the module doc; `tag` is live for the call.
         check(unsafe { sys::napi_check_object_type_tag(self.env, self.raw, tag, &mut ours) }).ok()?;
@@ -457,7 +463,8 @@ impl<'env> Js<'env> {
             return None;
         }
         let mut data = ptr::null_mut();
-        // SAFETY: see the module doc; the value is an external (checked above).
+        // SAFETY: see the module doc; the value carries our tag, which only our externals do
+        // (`handle::new_handle`), and N-API checks that it is an external anyway.
         check(unsafe { sys::napi_get_value_external(self.env, self.raw, &mut data) }).ok()?;
         (!data.is_null()).then_some(data)
     }
@@ -905,10 +912,6 @@ impl<'env> Out<'env> {
 unsafe extern "C" fn drop_boxed_vec<T>(_env: sys::napi_env, _data: *mut c_void, hint: *mut c_void) {
     // SAFETY: guaranteed by the caller (N-API runs each finalizer once, with its hint).
     drop(unsafe { Box::from_raw(hint as *mut Vec<T>) });
-}
-
-fn check_napi(status: sys::napi_status) -> napi::Result<()> {
-    super::check_napi(status)
 }
 
 /// Wraps a raw value as the `Unknown` a `#[napi]` function returns.
