@@ -103,7 +103,7 @@ fn fast_request(args: &WaitArgsBuffer) -> JsResult<WaitRequest> {
 /// the handle's buffer. A raw N-API callback: this is the hottest registration path.
 unsafe extern "C" fn wait_args_cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: N-API's own arguments to this callback.
-    unsafe { callback::entry(env, info, wait_args_body, js_error) }
+    unsafe { callback::entry_expecting::<2>(env, info, wait_args_body, js_error) }
 }
 
 fn wait_args_body(call: &CallInfo<'_>) -> crate::Result<RawValue> {

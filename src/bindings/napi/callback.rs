@@ -58,10 +58,27 @@ pub unsafe fn entry(
     body: impl FnOnce(&CallInfo<'_>) -> Result<RawValue>,
     error_value: fn(&Env, &Error) -> Result<RawValue>,
 ) -> sys::napi_value {
+    // SAFETY: guaranteed by the caller.
+    unsafe { entry_expecting::<16>(env, info, body, error_value) }
+}
+
+/// [`entry`] for a callback that usually gets `N` arguments (at most 16): N-API is asked for
+/// `N` first (it fills every slot it is given, so asking for fewer costs less on hot paths),
+/// and for all of them only when more were passed.
+///
+/// # Safety
+/// `env` and `info` must be the ones N-API passed to the running callback.
+pub unsafe fn entry_expecting<const N: usize>(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+    body: impl FnOnce(&CallInfo<'_>) -> Result<RawValue>,
+    error_value: fn(&Env, &Error) -> Result<RawValue>,
+) -> sys::napi_value {
+    const { assert!(N <= 16) };
     let js_env = Env::from_raw(env);
-    let mut call = CallInfo { env: &js_env, this: ptr::null_mut(), argv: SmallVec::new() };
-    call.argv.resize(16, ptr::null_mut());
-    let mut argc = call.argv.len();
+    let mut call =
+        CallInfo { env: &js_env, this: ptr::null_mut(), argv: SmallVec::from_buf_and_len([ptr::null_mut(); 16], N) };
+    let mut argc = N;
     // SAFETY: guaranteed by the caller for `env`/`info`; `argv` has room for `argc` values and
     // N-API reports the real count in `argc`.
     let mut status =

@@ -39,6 +39,7 @@ pub fn new_handle<T: Handle>(env: &Env, value: T) -> Result<RawValue> {
 }
 
 /// The `T` held by `v`, if `v` is an external tagged `T::TAG`.
+#[inline]
 pub fn handle_ref<'env, T: Handle>(v: Js<'env>) -> Option<&'env T> {
     let data = v.tagged_external(&T::TAG)?;
     // SAFETY: externals tagged `T::TAG` are made by `new_handle::<T>` only and hold a live `T`

@@ -390,6 +390,7 @@ fn in_handle_scope<R>(env: &Env, f: impl FnOnce() -> R) -> R {
 }
 
 /// A new pending promise and its deferred (JS thread).
+#[inline]
 fn new_promise(env: &Env) -> napi::Result<(RawDeferred, RawValue)> {
     let mut deferred = ptr::null_mut();
     let mut promise = ptr::null_mut();
@@ -404,6 +405,7 @@ fn new_promise(env: &Env) -> napi::Result<(RawDeferred, RawValue)> {
 /// When building the error fails, the deferred is handed back unsettled (`Err(Some(d))`), so
 /// the caller can settle it otherwise. When N-API's resolve or reject itself fails (`Err(None)`),
 /// the deferred may already be released by N-API and must not be used again.
+#[inline]
 fn settle_deferred(
     env: &Env,
     deferred: RawDeferred,
@@ -429,6 +431,7 @@ fn settle_deferred(
 /// string instead, so the promise is not left pending. If that fails too, or N-API refuses to
 /// settle, the environment cannot make or settle values any more (it is tearing down, the only
 /// case where these calls fail): nothing is left to do.
+#[inline]
 fn settle_or_report(env: &Env, deferred: RawDeferred, result: Result<RawValue, Error>) {
     if let Err((e, Some(deferred))) = settle_deferred(env, deferred, result) {
         let reason = super::value::Out::new(env).str(&format!("ERR_INTERNAL: cannot settle a promise: {e}"));

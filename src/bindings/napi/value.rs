@@ -452,6 +452,7 @@ impl<'env> Js<'env> {
 
     /// The payload of an external value when it carries `tag`, else `None` (see
     /// [`super::handle`]).
+    #[inline]
     pub(super) fn tagged_external(&self, tag: &sys::napi_type_tag) -> Option<*mut c_void> {
         // No type check first (an N-API call per use on hot paths): checking the tag of any
         // other value fails or answers false, and only our externals carry our tags;
