@@ -46,10 +46,27 @@ const KIND_VALUE: u8 = 2;
 
 thread_local! {
     /// This thread's result slots and the ArrayBuffer `_sqlSlots()` made over them (a reference
-    /// never released, so for as long as the thread's JS environment): a second copy of the JS
+    /// kept for as long as the thread's JS environment, deleted by its teardown hook): a second copy of the JS
     /// module in the same environment gets the same buffer (with a buffer of its own, the first
     /// copy's typed arrays would read cells the native side no longer writes).
     static SLOTS: RefCell<Option<(Ref, SqlSlots)>> = const { RefCell::new(None) };
+}
+
+/// Deletes this thread's slots reference if it belongs to `env` (its teardown, see
+/// [`super::napi::on_teardown`]).
+pub(crate) fn forget_slots(env: &Env) {
+    let old = SLOTS.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.as_ref().is_some_and(|(r, _)| r.is_of(env)) {
+            s.take()
+        } else {
+            None
+        }
+    });
+    if let Some((r, _)) = old {
+        // A live reference of this environment: deleting cannot fail.
+        let _deleted = r.delete(env);
+    }
 }
 
 const MAX_SAFE: f64 = 9_007_199_254_740_991.0;
@@ -345,7 +362,8 @@ mod imp {
         let r = Ref::new(c.out().js(ab), 1)?;
         let old = SLOTS.with(|s| s.replace(Some((r, slots))));
         if let Some((old_ref, _)) = old {
-            // Ours (the detached buffer's) is deleted; one of another environment died with it.
+            // Ours (the detached buffer's) is deleted; another environment's was deleted by its
+            // teardown hook.
             if old_ref.is_of(env) {
                 old_ref.delete(env)?;
             }

@@ -317,7 +317,7 @@ const HIT_CACHE_MAX: usize = 65_536;
 
 impl HitCache {
     /// Forgets every cached hit and starts over for `env`: the references of `env` are
-    /// deleted, those of another environment (a worker that ended, say) died with it.
+    /// deleted; those of an environment that ended were deleted by its teardown hook.
     fn reset(&mut self, env: &Env, flush: TouchHit) {
         for (_, r) in self.refs.drain() {
             if r.is_of(env) {
@@ -328,6 +328,22 @@ impl HitCache {
         self.env = env.raw();
         self.flush = Some(flush);
     }
+}
+
+/// Deletes this thread's cached hits if they belong to `env` (its teardown, see
+/// [`super::napi::on_teardown`]).
+pub(crate) fn forget_hits(env: &Env) {
+    HITS.with(|cache| {
+        let mut c = cache.borrow_mut();
+        if c.env == env.raw() {
+            for (_, r) in c.refs.drain() {
+                // A live reference of this environment: deleting cannot fail.
+                let _deleted = r.delete(env);
+            }
+            c.env = std::ptr::null_mut();
+            c.flush = None;
+        }
+    });
 }
 
 thread_local! {

@@ -75,7 +75,7 @@ fn slot_of(symbol: &Js<'_>, obj: &Js<'_>) -> Option<(u32, u32)> {
 }
 
 /// Runs `f` with this thread's registry for `env`, creating it on first use (and anew for
-/// another environment on this thread: the old one's references died with it).
+/// another environment on this thread: the old one's were deleted by its teardown hook).
 fn with_registry<R>(env: &Env, f: impl FnOnce(&mut Registry) -> Result<R>) -> Result<R> {
     REGISTRY.with(|cell| {
         let mut guard = cell.borrow_mut();
@@ -84,6 +84,26 @@ fn with_registry<R>(env: &Env, f: impl FnOnce(&mut Registry) -> Result<R>) -> Re
         }
         f(guard.as_mut().expect("created above"))
     })
+}
+
+/// Deletes this thread's registry's references if it belongs to `env` (its teardown): the
+/// symbol, the listener and the signals of live slots. Their operations cannot settle any more.
+pub(super) fn forget(env: &Env) {
+    let registry = REGISTRY.with(|cell| {
+        let mut guard = cell.borrow_mut();
+        if guard.as_ref().is_some_and(|r| r.symbol.is_of(env)) {
+            guard.take()
+        } else {
+            None
+        }
+    });
+    if let Some(r) = registry {
+        let signals = r.slots.into_iter().filter_map(|s| s.signal);
+        for rf in [r.symbol, r.listener].into_iter().chain(signals) {
+            // A live reference of this environment: deleting cannot fail.
+            let _deleted = rf.delete(env);
+        }
+    }
 }
 
 impl Registry {

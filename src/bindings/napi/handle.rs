@@ -84,8 +84,9 @@ impl Js<'_> {
 }
 
 /// A reference to a JS value (`napi_ref`) of one environment: strong while its count is 1, weak
-/// at 0. Deleted with [`Ref::delete`] on the JS thread; one never deleted is released with its
-/// environment (so a reference kept for the life of an environment is simply kept).
+/// at 0. Deleted with [`Ref::delete`] on the JS thread of its environment. Node does not free a
+/// reference nobody deleted, even with its environment: one kept for the life of an
+/// environment is deleted by the teardown hook (`napi::on_teardown`).
 pub struct Ref {
     env: sys::napi_env,
     raw: sys::napi_ref,

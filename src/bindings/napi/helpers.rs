@@ -40,13 +40,35 @@ pub fn install(env: &Env, obj: Js<'_>) -> Result<()> {
         refs.push(Ref::new(f, 1)?);
     }
     let old = HELPERS.with(|h| h.replace(Some(refs)));
+    let first_in_env = old.as_ref().is_none_or(|refs| refs.first().is_none_or(|r| !r.is_of(env)));
     for r in old.into_iter().flatten() {
-        // References of another environment died with it; ours are deleted here.
+        // Ours (a second install) are deleted here; another environment's were released by its
+        // teardown hook.
         if r.is_of(env) {
             let _deleted = r.delete(env);
         }
     }
+    if first_in_env {
+        // Once per environment (N-API refuses the same hook twice).
+        super::on_teardown(env)?;
+    }
     Ok(())
+}
+
+/// Deletes this thread's helper references if they belong to `env` (its teardown).
+pub(super) fn forget(env: &Env) {
+    let refs = HELPERS.with(|h| {
+        let mut h = h.borrow_mut();
+        if h.as_ref().is_some_and(|refs| refs.first().is_some_and(|r| r.is_of(env))) {
+            h.take()
+        } else {
+            None
+        }
+    });
+    for r in refs.into_iter().flatten() {
+        // A live reference of this environment: deleting cannot fail.
+        let _deleted = r.delete(env);
+    }
 }
 
 /// Calls `helper(args…)` with `this` = `undefined`; a JS exception becomes `Err(message)`.
