@@ -241,7 +241,10 @@ export interface EngineStats {
   templateLifecycle: LifecycleStats
 }
 
-/** `<epoch>:<generation>` with the generation floored and at least 0. */
+/**
+ * J3: `<epoch>:<generation>` with the generation floored and at least 0 (a NaN generation is
+ * refused: the reference would format `e:NaN`, which its own parser refuses).
+ */
 export declare function formatTouchCursor(epoch: string, generation: number): string
 
 export interface LifecycleStats {
@@ -288,13 +291,10 @@ export interface PackedTouches {
   templateIndex: Uint32Array
 }
 
-/** A parsed cursor. */
-export interface ParsedTouchCursor {
-  epoch: string
-  generation: number
-}
-
-/** A parsed touch cursor. */
+/**
+ * A parsed touch cursor: the epoch (16 lowercase hex) and the generation (a non-negative
+ * integer, not capped: past 2^53 it is rounded, as in JavaScript).
+ */
 export interface ParsedTouchCursor {
   epoch: string
   generation: number
@@ -784,14 +784,10 @@ export declare namespace keys {
    * throws `ERR_INVALID_ARGUMENT`.
    */
   export function encodeTemplateArg(value: unknown, encoding: string): string | null
-  /** `formatTouchCursor(epoch, generation)` (J3). */
-  export function formatTouchCursor(epoch: string, generation: number): string
   /** `membershipKeyFor(templateId, encodedArgs)`. */
   export function membershipKey(templateId: string, encodedArgs: string[]): string
   /** `membershipKeyIdFor(templateId, encodedArgs)`. */
   export function membershipKeyId(templateId: string, encodedArgs: string[]): number
-  /** `parseTouchCursor(raw)` (J3): `{ epoch, generation }` or null. */
-  export function parseTouchCursor(raw: string): ParsedTouchCursor | null
   /** `projectedFieldKeyFor(templateId, fieldName, encodedArgs)`. */
   export function projectedFieldKey(templateId: string, fieldName: string, encodedArgs: string[]): string
   /** `projectedFieldKeyIdFor(templateId, fieldName, encodedArgs)`. */

@@ -3,9 +3,21 @@
 // per-journal handle); these tests pin that they behave as the native methods did: each field
 // read once, in order, the same checks and codes, any receiver shape.
 import assert from "node:assert/strict";
+import { createRequire } from "node:module";
 import { test, dt, rejectsWithCode } from "./harness.mjs";
 
 const { TouchJournal } = dt;
+// The private entry points the JS methods call: on the internal native module only.
+const internal = createRequire(import.meta.url)("../lib/internal/native.js");
+
+test("the package exposes none of the private entry points", () => {
+  for (const name of ["_waitForAny", "_touch", "_waitArgs", "_waitArgsBuffer", "_journalHandle", "_journalFastPath", "_sqlFunctions", "_setHelpers"]) {
+    assert.equal(name in dt, false, name);
+  }
+  assert.equal("_handle" in TouchJournal.prototype, false);
+  assert.deepEqual(Object.keys(dt).filter((k) => k.startsWith("_")), []);
+  assert.equal(typeof internal._waitForAny, "function");
+});
 
 test("both runtimes take the JavaScript methods (installed at load)", () => {
   for (const name of ["waitForAny", "touch"]) {
@@ -86,11 +98,9 @@ test("a receiver that is not a TouchJournal throws; bad arguments reject with co
   await rejectsWithCode(j.waitForAny({ keys: "1", timeoutMs: 10 }), "ERR_INVALID_ARGUMENT");
   await rejectsWithCode(j.waitForAny({ keys: [1], timeoutMs: 10, signal: {} }), "ERR_INVALID_ARGUMENT");
   // The internal entry point refuses anything but a journal's own handle.
-  const internal = dt._waitForAny;
-  assert.equal(typeof internal, "function");
   for (const handle of [{}, null, 1, j]) {
-    assert.throws(() => internal(handle, { keys: [1], timeoutMs: 10 }, [1], null, 0, 10, null), /TouchJournal handle/);
-    assert.throws(() => dt._touch(handle, 1), /TouchJournal handle/);
+    assert.throws(() => internal._waitForAny(handle, { keys: [1], timeoutMs: 10 }, [1], null, 0, 10, null), /TouchJournal handle/);
+    assert.throws(() => internal._touch(handle, 1), /TouchJournal handle/);
   }
   j.stop();
 });
@@ -157,7 +167,7 @@ test("plain arrays of u32 ids are copied in JavaScript; every other key list tak
   j.flush();
   assert.equal((await wShort).keyId, 55);
   // The fast path's buffer accessor refuses anything but a journal's own handle.
-  for (const handle of [{}, null, 1, j]) assert.throws(() => dt._waitArgsBuffer(handle), /TouchJournal handle/);
+  for (const handle of [{}, null, 1, j]) assert.throws(() => internal._waitArgsBuffer(handle), /TouchJournal handle/);
   j.stop();
 });
 

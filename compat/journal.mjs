@@ -12,7 +12,8 @@ const native = require("../index.js");
 
 export const { parseTouchCursor, formatTouchCursor } = native;
 
-const MAX_WAIT_KEYS = 1024;
+/** The native journal's limit per wait (keys, and exact keys). */
+const MAX_WAIT_KEYS = require("../lib/internal/native.js")._maxWaitKeys();
 
 const chunks = (list) => {
   const out = [];

@@ -25,7 +25,8 @@
 import { createRequire } from "node:module";
 
 const require = createRequire(import.meta.url);
-const native = require("../index.js");
+// The private `_sql*` functions live on the internal native module, not on the public API.
+const native = require("../lib/internal/native.js");
 
 const {
   _sqlOpen,

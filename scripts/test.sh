@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 npm run --silent build
+npm run --silent check:js
 cargo test --quiet
 node --test --test-concurrency=1 __test__/*.spec.mjs
 

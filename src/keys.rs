@@ -1,6 +1,6 @@
 //! Key derivation (K1–K18): the 64-bit keys (rendered as 16 hex chars, the *routing keys*)
-//! and their u32 key ids, template argument encoding, field canonicalisation, and the touch
-//! cursor helpers the JS `keys` namespace also exposes (J3).
+//! and their u32 key ids, template argument encoding and field canonicalisation. (Touch
+//! cursors are the journal's: [`crate::journal::cursor`].)
 //!
 //! All functions are pure. Strings are hashed as `TextEncoder` writes them (K4): callers pass
 //! WTF-8 or UTF-8 bytes and lone surrogates hash as U+FFFD.
@@ -243,42 +243,6 @@ pub fn canonicalize_template_fields<N: AsRef<[u8]>, E>(fields: &mut [(N, E)]) {
     fields.sort_by(|a, b| cmp_js(a.0.as_ref(), b.0.as_ref()));
 }
 
-/// A parsed touch cursor (J3).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TouchCursor {
-    /// 16 lowercase hex chars.
-    pub epoch: String,
-    /// A non-negative integer (not capped: may exceed 2^53 and is then rounded, as in JS).
-    pub generation: f64,
-}
-
-/// `parseTouchCursor` (J3): `<epoch16hex>:<digits>` after trimming; `None` otherwise.
-pub fn parse_touch_cursor(raw: &str) -> Option<TouchCursor> {
-    let s = trim_str(raw);
-    let idx = s.find(':')?;
-    if idx == 0 {
-        return None;
-    }
-    let (epoch, generation) = (&s[..idx], &s[idx + 1..]);
-    if epoch.len() != 16 || !epoch.bytes().all(|c| c.is_ascii_hexdigit()) {
-        return None;
-    }
-    if generation.is_empty() || !generation.bytes().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    let g: f64 = generation.parse().ok()?;
-    if !g.is_finite() {
-        return None;
-    }
-    Some(TouchCursor { epoch: epoch.to_ascii_lowercase(), generation: g.floor() })
-}
-
-/// `formatTouchCursor(epoch, generation)` (J3): the generation floored, at least 0.
-pub fn format_touch_cursor(epoch: &str, generation: f64) -> String {
-    let g = crate::jscompat::number::js_max(0.0, generation.floor());
-    format!("{epoch}:{}", format_number(g))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,20 +354,5 @@ mod tests {
         assert_eq!(arg(V::Number(0.0), E::Datetime), None);
         assert_eq!(arg(V::String(b"\x00"), E::Bytes).as_deref(), Some("\0"));
         assert_eq!(arg(V::Number(1.0), E::Bytes), None);
-    }
-
-    #[test]
-    fn touch_cursors() {
-        let c = parse_touch_cursor(" 0123456789ABCDEF:42 ").unwrap();
-        assert_eq!(c, TouchCursor { epoch: "0123456789abcdef".into(), generation: 42.0 });
-        assert_eq!(parse_touch_cursor("0123456789abcdef:99999999999999999999").unwrap().generation, 1e20);
-        for bad in
-            ["", ":1", "0123456789abcdef:", "0123456789abcdef:-1", "0123456789abcde:1", "x:1", "0123456789abcdef:1:2"]
-        {
-            assert_eq!(parse_touch_cursor(bad), None, "{bad:?}");
-        }
-        assert_eq!(format_touch_cursor("e", 3.7), "e:3");
-        assert_eq!(format_touch_cursor("e", -2.0), "e:0");
-        assert_eq!(format_touch_cursor("e", 1e21), "e:1e+21");
     }
 }

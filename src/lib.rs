@@ -19,8 +19,7 @@
 //! - [`spec`]: touch config and state-protocol profile validation;
 //! - [`processor`]: the touch processor (batches of WAL rows → touches, on a rayon pool);
 //! - [`journal`]: the in-memory touch journal where clients wait on key sets;
-//! - [`engine`]: the manager policy, hot interest, templates, waits by stream;
-//! - [`stats`]: the stats collector and reporter line;
+//! - [`engine`]: the manager policy, hot interest, templates, waits by stream, stats;
 //! - [`timer`]: the one native timer thread (journal timers, completion-port watchdog);
 //! - [`bindings`]: the napi classes and functions (conversion only).
 
@@ -34,7 +33,6 @@ pub mod jscompat;
 pub mod keys;
 pub mod processor;
 pub mod spec;
-pub mod stats;
 pub mod store;
 pub mod timer;
 

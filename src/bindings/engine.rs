@@ -1,12 +1,11 @@
 //! `TouchEngine`: the JS class over [`crate::engine::TouchEngine`]. Conversion only.
 
 use napi::bindgen_prelude::*;
-use napi::sys;
 use napi_derive::napi;
 
-use super::abort;
-use super::js::{throw, unknown, Js, Out};
-use super::port::Port;
+use super::napi::abort;
+use super::napi::value::{class_instance, to_js};
+use super::napi::{throw, unknown, Js, Out, Port};
 use super::processor::{parse_output, parse_request, settle};
 use super::store::Store;
 use crate::engine::templates::{ActivateOutcome, TemplateLimits};
@@ -514,11 +513,7 @@ fn activate_js(out: ActivateOutcome, limits: TemplateLimits) -> ActivateResult {
     }
 }
 
-fn to_js<T: ToNapiValue>(env: &Env, v: T) -> napi::Result<sys::napi_value> {
-    unsafe { T::to_napi_value(env.raw(), v) }
-}
-
-fn arg(env: &Env, v: &Option<Unknown>) -> Option<Js> {
+fn arg<'env>(env: &'env Env, v: &Option<Unknown>) -> Option<Js<'env>> {
     v.as_ref().map(|u| Js::new(env, u.raw()))
 }
 
@@ -527,7 +522,7 @@ impl TouchEngine {
         &self,
         env: &'env Env,
         parsed: crate::Result<T>,
-        start: impl FnOnce(T, super::port::Ticket),
+        start: impl FnOnce(T, super::napi::Ticket),
     ) -> napi::Result<Unknown<'env>> {
         let value = match parsed {
             Ok(v) => v,
@@ -546,8 +541,8 @@ impl TouchEngine {
     #[napi(constructor, ts_args_type = "store: Store, options?: TouchEngineOptions | undefined | null")]
     pub fn new(env: &Env, store: Unknown, options: Option<Unknown>) -> napi::Result<TouchEngine> {
         let opts = parse_options(arg(env, &options)).map_err(|e| throw(env, e))?;
-        let instance = unsafe { ClassInstance::<Store>::from_napi_value(env.raw(), store.raw()) }
-            .map_err(|_| throw(env, Error::invalid("store must be a Store")))?;
+        let instance = class_instance::<Store>(Js::new(env, store.raw()))
+            .ok_or_else(|| throw(env, Error::invalid("store must be a Store")))?;
         let engine = CoreEngine::open(instance.store.clone(), opts).map_err(|e| throw(env, e))?;
         Ok(TouchEngine { engine, port: Port::new(env)? })
     }

@@ -1,34 +1,34 @@
 //! `TouchJournal`: the JS class over [`crate::journal::Journal`], plus `parseTouchCursor` and
 //! `formatTouchCursor`. Conversion only: argument checks, JS values, promises and the
-//! AbortSignal hook (from [`super::abort`]).
+//! AbortSignal hook (from [`super::napi::abort`]). The native halves of the JavaScript
+//! `waitForAny` and `touch` are in [`super::journal_fast`].
 
 use std::cell::Cell;
-use std::ptr;
 use std::rc::Rc;
-use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
 use napi::sys;
 use napi_derive::napi;
 
-use super::abort::{self, AbortHook};
-use super::js::{throw, Js};
-use super::port::{Port, Ticket};
+use super::napi::abort::{self, AbortHook};
+use super::napi::handle::Ref;
+use super::napi::helpers::{self, Helper};
+use super::napi::{throw, unknown, Js, Out, Port, RawValue, Ticket};
 use crate::error::Error;
 use crate::journal::bloom::slot_positions;
 use crate::journal::{
     parse_cursor, parse_routing_key, Journal, JournalMeta, JournalOptions, KeyIds, Touch, TouchHit, WaitRequest,
-    WaiterId, WakeStats, Waker, WeakJournal, MAX_WAIT_KEYS,
+    WaiterId, WakeStats, Waker, WeakJournal,
 };
 
 /// The journal as the binding uses it: each waiter is resolved through its promise ticket.
-type JsJournal = Journal<JsWaiter>;
+pub(crate) type JsJournal = Journal<JsWaiter>;
 type JsWeakJournal = WeakJournal<JsWaiter>;
 
 /// A parked `waitForAny`: its promise, and the abort listener to remove once it settles.
 /// Stored inline in the journal's waiter slot; a wait with a signal (the rare one) is boxed, so
 /// a plain one takes 16 bytes.
-enum JsWaiter {
+pub(crate) enum JsWaiter {
     Plain(Ticket),
     Abortable(Box<(Ticket, AbortHook)>),
 }
@@ -66,10 +66,10 @@ thread_local! {
 }
 
 /// Marks the current thread as inside a JS call for the lifetime of the guard.
-struct InJsCall(Option<sys::napi_env>);
+pub(crate) struct InJsCall(Option<sys::napi_env>);
 
 impl InJsCall {
-    fn enter(env: &Env) -> InJsCall {
+    pub(crate) fn enter(env: &Env) -> InJsCall {
         InJsCall(JS_CALL.with(|c| c.replace(Some(env.raw()))))
     }
 }
@@ -78,15 +78,6 @@ impl Drop for InJsCall {
     fn drop(&mut self) {
         JS_CALL.with(|c| c.set(self.0));
     }
-}
-
-/// Property `key`, or `None` when absent, undefined or null. (Named lookups intern the name
-/// directly, which is cheaper than creating a string value first.)
-fn prop(obj: &Js, key: &std::ffi::CStr) -> JsResult<Option<Js>> {
-    let mut v = ptr::null_mut();
-    raw_ok(unsafe { sys::napi_get_named_property(obj.env, obj.raw, key.as_ptr(), &mut v) })?;
-    let js = Js { env: obj.env, raw: v };
-    Ok(if js.is_nullish() { None } else { Some(js) })
 }
 
 /// Options of `new TouchJournal(...)`; defaults are the reference server's (J2).
@@ -186,14 +177,15 @@ pub struct TouchJournalIntervalStats {
     pub heap_size: f64,
 }
 
-/// A parsed cursor.
+/// A parsed touch cursor: the epoch (16 lowercase hex) and the generation (a non-negative
+/// integer, not capped: past 2^53 it is rounded, as in JavaScript).
 #[napi(object, object_from_js = false)]
 pub struct ParsedTouchCursor {
     pub epoch: String,
     pub generation: f64,
 }
 
-type JsResult<T> = std::result::Result<T, Error>;
+pub(crate) type JsResult<T> = std::result::Result<T, Error>;
 
 fn opt_number(o: &Js, key: &str) -> JsResult<Option<f64>> {
     match o.opt(key)? {
@@ -234,7 +226,7 @@ fn parse_options(options: Option<Js>) -> JsResult<JournalOptions> {
 }
 
 /// A number that is an integer in [0, 2^32).
-fn u32_of(n: f64, what: &str) -> JsResult<u32> {
+pub(crate) fn u32_of(n: f64, what: &str) -> JsResult<u32> {
     if n.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&n) {
         Ok(n as u32)
     } else {
@@ -242,22 +234,20 @@ fn u32_of(n: f64, what: &str) -> JsResult<u32> {
     }
 }
 
-fn u32_value(v: &Js, what: &str) -> JsResult<u32> {
+pub(crate) fn u32_value(v: &Js, what: &str) -> JsResult<u32> {
     u32_or(v, || what.to_string())
 }
 
 /// A u32 number; `what` names it in the error, and is only built then.
 fn u32_or(v: &Js, what: impl FnOnce() -> String) -> JsResult<u32> {
-    let mut n = 0f64;
-    let st = unsafe { sys::napi_get_value_double(v.env, v.raw, &mut n) };
-    if st == sys::Status::napi_ok && n.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&n) {
+    let n = v.try_number();
+    if let Some(n) = n.filter(|n| n.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(n)) {
         return Ok(n as u32);
     }
     let what = what();
-    if st != sys::Status::napi_ok {
-        Err(Error::invalid(format!("{what} must be a number")))
-    } else {
-        u32_of(n, &what)
+    match n {
+        None => Err(Error::invalid(format!("{what} must be a number"))),
+        Some(n) => u32_of(n, &what),
     }
 }
 
@@ -266,10 +256,7 @@ fn key_ids(v: &Js, what: &str) -> JsResult<Vec<u32>> {
     if let Some(s) = v.u32_slice() {
         return Ok(s.to_vec());
     }
-    let mut n = 0u32;
-    if unsafe { sys::napi_get_array_length(v.env, v.raw, &mut n) } != sys::Status::napi_ok {
-        return Err(Error::invalid(format!("{what} must be an array")));
-    }
+    let n = v.try_array_len().ok_or_else(|| Error::invalid(format!("{what} must be an array")))?;
     let mut out = Vec::with_capacity(n as usize);
     for i in 0..n {
         out.push(u32_or(&v.element(i)?, || format!("{what}[{i}]"))?);
@@ -307,16 +294,8 @@ fn opt_offset(v: Option<Js>, what: &str) -> JsResult<Option<i64>> {
     }
 }
 
-fn arg(env: &Env, v: &Option<Unknown>) -> Option<Js> {
+pub(crate) fn arg<'env>(env: &'env Env, v: &Option<Unknown>) -> Option<Js<'env>> {
     v.as_ref().map(|u| Js::new(env, u.raw()))
-}
-
-fn raw_ok(status: sys::napi_status) -> JsResult<()> {
-    if status == sys::Status::napi_ok {
-        Ok(())
-    } else {
-        Err(Error::Internal(format!("napi call failed with status {status}")))
-    }
 }
 
 /// Hit objects of the latest flush delivered on this JS thread, by hit.
@@ -327,106 +306,101 @@ fn raw_ok(status: sys::napi_status) -> JsResult<()> {
 /// time: a hit of another flush (or another env) empties it first, so it never outgrows the
 /// keys of one bucket, and at most [`HIT_CACHE_MAX`] of those.
 struct HitCache {
+    /// The environment the references belong to.
     env: sys::napi_env,
     /// The flush the cached hits belong to (its hit with key id 0).
     flush: Option<TouchHit>,
-    refs: rustc_hash::FxHashMap<TouchHit, sys::napi_ref>,
+    refs: rustc_hash::FxHashMap<TouchHit, Ref>,
 }
 
 const HIT_CACHE_MAX: usize = 65_536;
 
 impl HitCache {
-    fn clear(&mut self) {
+    /// Forgets every cached hit and starts over for `env`: the references of `env` are
+    /// deleted; those of an environment that ended were deleted by its teardown hook.
+    fn reset(&mut self, env: &Env, flush: TouchHit) {
         for (_, r) in self.refs.drain() {
-            unsafe { sys::napi_delete_reference(self.env, r) };
+            if r.is_of(env) {
+                // A live reference of this environment: deleting cannot fail.
+                let _deleted = r.delete(env);
+            }
         }
-        self.flush = None;
+        self.env = env.raw();
+        self.flush = Some(flush);
     }
+}
+
+/// Deletes this thread's cached hits if they belong to `env` (its teardown, see
+/// [`super::napi::on_teardown`]).
+pub(crate) fn forget_hits(env: &Env) {
+    HITS.with(|cache| {
+        let mut c = cache.borrow_mut();
+        if c.env == env.raw() {
+            for (_, r) in c.refs.drain() {
+                // A live reference of this environment: deleting cannot fail.
+                let _deleted = r.delete(env);
+            }
+            c.env = std::ptr::null_mut();
+            c.flush = None;
+        }
+    });
 }
 
 thread_local! {
     static HITS: std::cell::RefCell<HitCache> = std::cell::RefCell::new(HitCache {
-        env: ptr::null_mut(),
+        env: std::ptr::null_mut(),
         flush: None,
         refs: rustc_hash::FxHashMap::default(),
     });
 }
 
 /// `{ generation, keyId, bucketMaxSourceOffsetSeq, flushAtMs, bucketStartMs }` or null.
-fn hit_js(env: &Env, hit: Option<TouchHit>) -> JsResult<sys::napi_value> {
-    let raw = env.raw();
+fn hit_js(env: &Env, hit: Option<TouchHit>) -> JsResult<RawValue> {
     let Some(h) = hit else {
-        let mut v = ptr::null_mut();
-        raw_ok(unsafe { sys::napi_get_null(raw, &mut v) })?;
-        return Ok(v);
+        return Out::new(env).null().map_err(super::napi::from_napi);
     };
     let flush = TouchHit { key_id: 0, ..h };
     HITS.with(|cache| {
         let mut c = cache.borrow_mut();
-        if c.env != raw || c.flush != Some(flush) || c.refs.len() >= HIT_CACHE_MAX {
-            if c.env == raw {
-                c.clear();
-            } else {
-                // Another env on this thread (a worker that ended, say): its references are not
-                // ours to delete.
-                c.refs.clear();
-            }
-            c.env = raw;
-            c.flush = Some(flush);
+        if c.env != env.raw() || c.flush != Some(flush) || c.refs.len() >= HIT_CACHE_MAX {
+            c.reset(env, flush);
         }
-        if let Some(&r) = c.refs.get(&h) {
-            let mut v = ptr::null_mut();
-            if unsafe { sys::napi_get_reference_value(raw, r, &mut v) } == sys::Status::napi_ok && !v.is_null() {
-                return Ok(v);
-            }
+        if let Some(v) = c.refs.get(&h).and_then(|r| r.value(env)) {
+            return Ok(v.raw());
         }
         let v = new_hit(env, &h)?;
-        let mut r = ptr::null_mut();
-        raw_ok(unsafe { sys::napi_create_reference(raw, v, 1, &mut r) })?;
-        if let Some(old) = c.refs.insert(h, r) {
-            unsafe { sys::napi_delete_reference(raw, old) };
+        if let Some(old) = c.refs.insert(h, Ref::new(v, 1)?) {
+            // Replaced (its value was gone): a live reference of this environment.
+            let _deleted = old.delete(env);
         }
-        Ok(v)
+        Ok(v.raw())
     })
 }
 
-/// A new frozen hit object, built by a small JS function: one call instead of an object, five
-/// interned property names and a freeze through N-API.
-fn new_hit(env: &Env, h: &TouchHit) -> JsResult<sys::napi_value> {
-    const MAKE_HIT: &str = "(function (generation, keyId, bucketMaxSourceOffsetSeq, flushAtMs, bucketStartMs) {\n  \"use strict\";\n  return Object.freeze({ generation, keyId, bucketMaxSourceOffsetSeq, flushAtMs, bucketStartMs });\n})";
-    let raw = env.raw();
-    let mut values = [ptr::null_mut(); 5];
-    unsafe {
-        raw_ok(sys::napi_create_uint32(raw, h.generation, &mut values[0]))?;
-        raw_ok(sys::napi_create_uint32(raw, h.key_id, &mut values[1]))?;
-        raw_ok(sys::napi_create_bigint_int64(raw, h.bucket_max_source_offset_seq, &mut values[2]))?;
-        raw_ok(sys::napi_create_double(raw, h.flush_at_ms as f64, &mut values[3]))?;
-        raw_ok(sys::napi_create_double(raw, h.bucket_start_ms as f64, &mut values[4]))?;
-    }
-    let make = super::js::script_fn(env, MAKE_HIT).map_err(|e| Error::Internal(e.reason.clone()))?;
-    super::js::call(env, make, &values).map_err(Error::Internal)
+/// A new frozen hit object, built by `makeHit` (`lib/internal/helpers.js`): one call instead of
+/// an object, five interned property names and a freeze through N-API.
+fn new_hit<'env>(env: &'env Env, h: &TouchHit) -> JsResult<Js<'env>> {
+    let out = Out::new(env);
+    let values = (|| {
+        Ok::<_, napi::Error>([
+            out.u32(h.generation)?,
+            out.u32(h.key_id)?,
+            out.bigint(h.bucket_max_source_offset_seq)?,
+            out.num(h.flush_at_ms as f64)?,
+            out.num(h.bucket_start_ms as f64)?,
+        ])
+    })()
+    .map_err(super::napi::from_napi)?;
+    helpers::call(env, Helper::MakeHit, &values)
 }
 
-/// A promise already resolved with `null`.
-fn resolved_null(env: &Env) -> napi::Result<sys::napi_value> {
-    let mut deferred = ptr::null_mut();
-    let mut promise = ptr::null_mut();
-    let mut null = ptr::null_mut();
-    unsafe {
-        sys::napi_create_promise(env.raw(), &mut deferred, &mut promise);
-        sys::napi_get_null(env.raw(), &mut null);
-        sys::napi_resolve_deferred(env.raw(), deferred, null);
-    }
-    Ok(promise)
-}
-
-fn wait_parsed<'env>(
+pub(crate) fn wait_parsed<'env>(
     env: &'env Env,
     journal: &JsJournal,
     port: &Port,
     parsed: JsResult<(WaitRequest, Option<Js>)>,
 ) -> napi::Result<Unknown<'env>> {
-    let wrap = |v: sys::napi_value| Ok(unsafe { Unknown::from_raw_unchecked(env.raw(), v) });
+    let wrap = |v: RawValue| Ok(unknown(env, v));
     let (req, signal) = match parsed {
         Ok(v) => v,
         Err(e) => return wrap(Port::rejected(env, &e)?),
@@ -439,7 +413,7 @@ fn wait_parsed<'env>(
         None => None,
         Some(sig) => match abort::is_aborted(sig) {
             Err(e) => return wrap(Port::rejected(env, &e)?),
-            Ok(true) => return wrap(resolved_null(env)?),
+            Ok(true) => return wrap(Port::resolved(env, Out::new(env).null()?)?),
             Ok(false) => {
                 let id = waiter_id.insert(Rc::default()).clone();
                 let journal = journal.downgrade();
@@ -483,211 +457,7 @@ fn wait_parsed<'env>(
     wrap(promise)
 }
 
-// ---- the JavaScript `waitForAny` and `touch`
-//
-// A `#[napi]` method pays ~0.3 µs per call in napi-rs's receiver checks (unwrapping `this`,
-// its type tag, the native-borrow registry) before any work, and reading an argument object's
-// fields through N-API costs as much again: together about half of what registering a waiter
-// costs, and most of a single touch. So the public `waitForAny` and `touch` are small
-// JavaScript functions, installed on `TouchJournal.prototype` when the module loads: they read
-// the fields in JIT-compiled code and call plain functions (`_waitForAny`, `_touch`) with an
-// external handle made once per journal (kept on the instance under a private symbol). Same
-// checks, same errors, same results as the native methods, which stay as the fallback and the
-// typed declarations.
-
-/// What the JavaScript methods hold per journal.
-struct JournalHandle {
-    journal: JsJournal,
-    port: Port,
-    args: Arc<FastArgsCell>,
-}
-
-/// The arguments of a plain `waitForAny` (u32 key ids in an array, numbers, no exact keys), as
-/// the JavaScript method writes them through typed arrays over this memory (an external
-/// ArrayBuffer, see [`wait_args_buffer`]) before calling `_waitArgs` with the journal's handle:
-/// they reach the core without one N-API call per key or field. Shared by the handle and the
-/// buffer, freed when both are gone. Only the JS thread writes (JavaScript) or reads
-/// (`_waitArgs`, while no JavaScript runs).
-#[repr(C)]
-struct FastArgs {
-    keys: [u32; MAX_WAIT_KEYS],
-    /// How many of `keys` this wait names.
-    n: u32,
-    /// 1 when `after_generation` holds the wait's `afterGeneration`, 0 when it had none.
-    has_after: u32,
-    after_generation: f64,
-    timeout_ms: f64,
-}
-
-/// Byte offset of the f64 fields (the JavaScript side makes its Float64Array there).
-const FAST_ARGS_F64_AT: usize = std::mem::offset_of!(FastArgs, after_generation);
-// The JavaScript side's Uint32Array reaches `n` and `has_after` as elements MAX_WAIT_KEYS and
-// MAX_WAIT_KEYS + 1, and its Float64Array `timeout_ms` as element 1.
-const _: () = assert!(std::mem::offset_of!(FastArgs, n) == 4 * MAX_WAIT_KEYS);
-const _: () = assert!(std::mem::offset_of!(FastArgs, has_after) == 4 * MAX_WAIT_KEYS + 4);
-const _: () = assert!(std::mem::offset_of!(FastArgs, timeout_ms) == FAST_ARGS_F64_AT + 8);
-
-struct FastArgsCell(std::cell::UnsafeCell<FastArgs>);
-
-// SAFETY: the contents are only touched on the JS thread (see above); another thread may only
-// drop the last `Arc` (a runtime running a finalizer elsewhere).
-unsafe impl Sync for FastArgsCell {}
-unsafe impl Send for FastArgsCell {}
-
-impl FastArgsCell {
-    fn new() -> Arc<FastArgsCell> {
-        Arc::new(FastArgsCell(std::cell::UnsafeCell::new(FastArgs {
-            keys: [0; MAX_WAIT_KEYS],
-            n: 0,
-            has_after: 0,
-            after_generation: 0.0,
-            timeout_ms: 0.0,
-        })))
-    }
-
-    /// The request the JavaScript side wrote, checked as the general path checks the same values.
-    fn request(&self) -> JsResult<WaitRequest> {
-        // SAFETY: called on the JS thread during a native call, when no JavaScript can write.
-        let a = unsafe { &*self.0.get() };
-        let keys = a.keys.get(..a.n as usize).ok_or_else(|| Error::invalid("keys: too many keys"))?;
-        let after_generation = match a.has_after {
-            0 => None,
-            _ => Some(u32_of(a.after_generation, "afterGeneration")?),
-        };
-        wait_request(KeyIds::from_slice(keys), Vec::new(), after_generation, a.timeout_ms)
-    }
-}
-
-unsafe extern "C" fn drop_fast_args(_env: sys::napi_env, _data: *mut std::ffi::c_void, hint: *mut std::ffi::c_void) {
-    if !hint.is_null() {
-        drop(unsafe { Arc::from_raw(hint.cast::<FastArgsCell>()) });
-    }
-}
-
-/// `_waitArgsBuffer(handle)`: the ArrayBuffer over the [`FastArgs`] of the journal behind
-/// `handle`, or `undefined` where the runtime refuses external buffers (the JavaScript
-/// `waitForAny` then always takes the general path).
-#[napi(js_name = "_waitArgsBuffer", skip_typescript)]
-pub fn wait_args_buffer<'env>(env: &'env Env, handle: Unknown) -> napi::Result<Unknown<'env>> {
-    let h = handle_of(&Js::new(env, handle.raw())).map_err(|e| throw(env, e))?;
-    let raw = env.raw();
-    let hint = Arc::into_raw(h.args.clone());
-    let mut ab = ptr::null_mut();
-    let st = unsafe {
-        sys::napi_create_external_arraybuffer(
-            raw,
-            (*hint).0.get().cast(),
-            std::mem::size_of::<FastArgs>(),
-            Some(drop_fast_args),
-            hint as *mut std::ffi::c_void,
-            &mut ab,
-        )
-    };
-    if st != sys::Status::napi_ok {
-        drop(unsafe { Arc::from_raw(hint) }); // not taken: no finalizer will run
-        unsafe { sys::napi_get_undefined(raw, &mut ab) };
-    }
-    Ok(unsafe { Unknown::from_raw_unchecked(raw, ab) })
-}
-
-/// `_waitArgs(handle, signal?)`: `waitForAny` with the request the JavaScript side wrote into the
-/// handle's [`FastArgs`]. A raw N-API callback: napi-rs's wrapper allocates a borrow scope per
-/// call, and this is the hottest registration path.
-unsafe extern "C" fn wait_args_cb(raw: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    let env = Env::from_raw(raw);
-    let mut argv = [ptr::null_mut(); 2];
-    let mut argc = argv.len();
-    let st =
-        unsafe { sys::napi_get_cb_info(raw, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), ptr::null_mut()) };
-    let result = if st != sys::Status::napi_ok {
-        Err(napi::Error::from_reason("cannot read the arguments"))
-    } else {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let h = handle_of(&Js::new(&env, argv[0])).map_err(|e| throw(&env, e))?;
-            let signal = Some(Js::new(&env, argv[1])).filter(|v| !v.is_nullish());
-            let parsed = h.args.request().map(|req| (req, signal));
-            wait_parsed(&env, &h.journal, &h.port, parsed).map(|v| v.raw())
-        }))
-        .unwrap_or_else(|_| Err(throw(&env, Error::Internal("waitForAny panicked".into()))))
-    };
-    match result {
-        Ok(v) => v,
-        Err(e) => {
-            unsafe { napi::JsError::from(e).throw_into(raw) };
-            ptr::null_mut()
-        }
-    }
-}
-
-/// Marks externals made by [`TouchJournal::handle`], so `_waitForAny` never reads another
-/// external as one of ours.
-const HANDLE_TAG: sys::napi_type_tag =
-    sys::napi_type_tag { lower: 0x6475_7261_626c_6574, upper: 0x7761_6974_6861_6e64 };
-
-unsafe extern "C" fn drop_handle(_env: sys::napi_env, data: *mut std::ffi::c_void, _hint: *mut std::ffi::c_void) {
-    if !data.is_null() {
-        drop(unsafe { Box::from_raw(data.cast::<JournalHandle>()) });
-    }
-}
-
-/// The journal behind a handle from [`TouchJournal::handle`].
-fn handle_of<'a>(v: &Js) -> JsResult<&'a JournalHandle> {
-    let mut ours = false;
-    let st = unsafe { sys::napi_check_object_type_tag(v.env, v.raw, &HANDLE_TAG, &mut ours) };
-    let mut data = ptr::null_mut();
-    if st != sys::Status::napi_ok
-        || !ours
-        || unsafe { sys::napi_get_value_external(v.env, v.raw, &mut data) } != sys::Status::napi_ok
-        || data.is_null()
-    {
-        return Err(Error::invalid("not a TouchJournal handle"));
-    }
-    // SAFETY: tagged externals hold a live `JournalHandle` until their finalizer runs, which cannot
-    // happen while the value is on this call's stack.
-    Ok(unsafe { &*data.cast::<JournalHandle>() })
-}
-
-/// `waitForAny` with the argument's fields read by the JavaScript caller.
-#[napi(js_name = "_waitForAny", skip_typescript)]
-#[allow(clippy::too_many_arguments)]
-pub fn wait_for_any_fields<'env>(
-    env: &'env Env,
-    handle: Unknown,
-    args: Unknown,
-    keys: Unknown,
-    exact_keys: Unknown,
-    after_generation: Unknown,
-    timeout_ms: Unknown,
-    signal: Unknown,
-) -> napi::Result<Unknown<'env>> {
-    let h = handle_of(&Js::new(env, handle.raw())).map_err(|e| throw(env, e))?;
-    let field = |u: &Unknown| Some(Js::new(env, u.raw())).filter(|v| !v.is_nullish());
-    let parsed = check_wait_args(&Js::new(env, args.raw())).and_then(|()| {
-        parse_wait_fields([
-            field(&keys),
-            field(&exact_keys),
-            field(&after_generation),
-            field(&timeout_ms),
-            field(&signal),
-        ])
-    });
-    wait_parsed(env, &h.journal, &h.port, parsed)
-}
-
-/// `touch` through a journal handle.
-#[napi(js_name = "_touch", skip_typescript)]
-pub fn touch_with_handle(
-    env: &Env,
-    handle: Unknown,
-    key_id: Unknown,
-    source_offset_seq: Unknown,
-    routing_key: Unknown,
-) -> napi::Result<()> {
-    let h = handle_of(&Js::new(env, handle.raw())).map_err(|e| throw(env, e))?;
-    touch_args(env, &h.journal, key_id, Some(source_offset_seq), Some(routing_key))
-}
-
-fn touch_args(
+pub(crate) fn touch_args(
     env: &Env,
     journal: &JsJournal,
     key_id: Unknown,
@@ -705,121 +475,14 @@ fn touch_args(
     Ok(())
 }
 
-/// Installs the JavaScript `waitForAny` and `touch` over the native methods when the module loads.
-/// Best effort: should a runtime refuse (no `napi_run_script`, say), the native methods stay in
-/// place, with the same behaviour at a higher cost per call, rather than the module failing to
-/// load. (`journal-js-methods.spec.mjs` checks that both runtimes we test take the JS methods.)
-#[napi(module_exports)]
-pub fn install_js_methods(exports: Object, env: Env) -> napi::Result<()> {
-    let _ = try_install_js_methods(&env, Js::new(&env, exports.raw()));
-    Ok(())
-}
-
-fn try_install_js_methods(env: &Env, exports: Js) -> napi::Result<()> {
-    const SOURCE: &str = r#"(function (proto, handleOf, waitFast, touchFast, argsBufferOf, waitArgs, maxKeys, f64At) {
-  "use strict";
-  const slot = Symbol("durable-touch.journalHandle");
-  // Per journal: the native handle and, where the runtime allows, typed arrays over the
-  // handle's argument buffer (key ids, then n and has-after; afterGeneration and timeoutMs),
-  // which `waitArgs` reads.
-  function handleFor(journal) {
-    let r = journal === null || journal === undefined ? undefined : journal[slot];
-    if (r === undefined) {
-      const h = handleOf.call(journal);
-      const buf = argsBufferOf(h);
-      r = buf === undefined
-        ? { h, u32: null, f64: null, calls: 0 }
-        : { h, u32: new Uint32Array(buf, 0, maxKeys + 2), f64: new Float64Array(buf, f64At, 2), calls: 0 };
-      try {
-        Object.defineProperty(journal, slot, { value: r });
-      } catch {}
-    }
-    return r;
-  }
-  const method = (value) => ({ configurable: true, writable: true, enumerable: true, value });
-  Object.defineProperty(proto, "waitForAny", method(function waitForAny(args) {
-    const r = handleFor(this);
-    if (typeof args !== "object" || args === null) return waitFast(r.h, args);
-    const keys = args.keys, exactKeys = args.exactKeys;
-    const afterGeneration = args.afterGeneration, timeoutMs = args.timeoutMs, signal = args.signal;
-    const s = r.u32;
-    // Plain arrays of u32 ids with number fields (the common wait) are written to the buffer
-    // here; anything else, and every error, takes the general path. So does a copy during which
-    // another call used the buffer (an element getter that waits on the same journal), or into
-    // a buffer someone detached. The native side checks the numbers as the general path does.
-    if (s !== null && (exactKeys === undefined || exactKeys === null) && Array.isArray(keys) && keys.length <= maxKeys && typeof timeoutMs === "number") {
-      const noAfter = afterGeneration === undefined || afterGeneration === null;
-      if (noAfter || typeof afterGeneration === "number") {
-        const n = keys.length;
-        const mark = (r.calls = (r.calls + 1) | 0);
-        let i = 0;
-        for (; i < n; i++) {
-          const k = keys[i];
-          if (k >>> 0 !== k) break;
-          s[i] = k;
-        }
-        if (i === n && r.calls === mark && s.length === maxKeys + 2) {
-          const f = r.f64;
-          s[maxKeys] = n;
-          s[maxKeys + 1] = noAfter ? 0 : 1;
-          f[0] = noAfter ? 0 : afterGeneration;
-          f[1] = timeoutMs;
-          return waitArgs(r.h, signal);
-        }
-      }
-    }
-    return waitFast(r.h, args, keys, exactKeys, afterGeneration, timeoutMs, signal);
-  }));
-  Object.defineProperty(proto, "touch", method(function touch(keyId, sourceOffsetSeq, routingKey) {
-    touchFast(handleFor(this).h, keyId, sourceOffsetSeq, routingKey);
-  }));
-})"#;
-    let get = |obj: &Js, name: &str| -> napi::Result<Js> {
-        obj.get(name)
-            .ok()
-            .flatten()
-            .ok_or_else(|| napi::Error::from_reason(format!("durable-touch: {name} missing at load")))
-    };
-    let class = get(&exports, "TouchJournal")?;
-    let proto = get(&class, "prototype")?;
-    let handle_of = get(&proto, "_handle")?;
-    let wait = get(&exports, "_waitForAny")?;
-    let touch = get(&exports, "_touch")?;
-    let args_buffer = get(&exports, "_waitArgsBuffer")?;
-    let raw = env.raw();
-    let mut wait_args = ptr::null_mut();
-    let name = "_waitArgs";
-    super::js::napi_ok(unsafe {
-        sys::napi_create_function(
-            raw,
-            name.as_ptr().cast(),
-            name.len() as isize,
-            Some(wait_args_cb),
-            ptr::null_mut(),
-            &mut wait_args,
-        )
-    })?;
-    let (mut max_keys, mut f64_at) = (ptr::null_mut(), ptr::null_mut());
-    super::js::napi_ok(unsafe { sys::napi_create_uint32(raw, MAX_WAIT_KEYS as u32, &mut max_keys) })?;
-    super::js::napi_ok(unsafe { sys::napi_create_uint32(raw, FAST_ARGS_F64_AT as u32, &mut f64_at) })?;
-    let install = super::js::script_fn(env, SOURCE)?;
-    super::js::call(
-        env,
-        install,
-        &[proto.raw, handle_of.raw, wait.raw, touch.raw, args_buffer.raw, wait_args, max_keys, f64_at],
-    )
-    .map_err(napi::Error::from_reason)?;
-    Ok(())
-}
-
 // ---- the class
 
 /// An in-memory touch journal (the reference's `TouchJournal`): touches flush in buckets as
 /// generations, a time-aware bloom answers "touched since?", and waits are promises.
 #[napi]
 pub struct TouchJournal {
-    journal: JsJournal,
-    port: Port,
+    pub(crate) journal: JsJournal,
+    pub(crate) port: Port,
 }
 
 fn wake_stats(w: &WakeStats) -> [f64; 8] {
@@ -856,18 +519,19 @@ fn meta_js(m: JournalMeta) -> TouchJournalMeta {
 }
 
 impl TouchJournal {
-    fn parse_wait(&self, args: &Js) -> JsResult<(WaitRequest, Option<Js>)> {
+    fn parse_wait<'env>(&self, args: &Js<'env>) -> JsResult<(WaitRequest, Option<Js<'env>>)> {
         check_wait_args(args)?;
         let fields = [c"keys", c"exactKeys", c"afterGeneration", c"timeoutMs", c"signal"];
         let mut values = [None; 5];
         for (v, name) in values.iter_mut().zip(fields) {
-            *v = prop(args, name)?;
+            // Named lookups intern the name directly: cheaper than making a string value first.
+            *v = args.get_named(name)?;
         }
         parse_wait_fields(values)
     }
 }
 
-fn check_wait_args(args: &Js) -> JsResult<()> {
+pub(crate) fn check_wait_args(args: &Js) -> JsResult<()> {
     if args.type_of() != sys::ValueType::napi_object || args.is_array() {
         return Err(Error::invalid("args must be an object"));
     }
@@ -876,7 +540,9 @@ fn check_wait_args(args: &Js) -> JsResult<()> {
 
 /// The fields of `waitForAny`'s argument, each `None` when absent, undefined or null:
 /// `[keys, exactKeys, afterGeneration, timeoutMs, signal]`.
-fn parse_wait_fields([keys, exact, after, timeout, signal]: [Option<Js>; 5]) -> JsResult<(WaitRequest, Option<Js>)> {
+pub(crate) fn parse_wait_fields<'env>(
+    [keys, exact, after, timeout, signal]: [Option<Js<'env>>; 5],
+) -> JsResult<(WaitRequest, Option<Js<'env>>)> {
     let keys = match keys {
         Some(v) => key_ids(&v, "keys")?.into(),
         None => KeyIds::new(),
@@ -890,16 +556,13 @@ fn parse_wait_fields([keys, exact, after, timeout, signal]: [Option<Js>; 5]) -> 
         None => None,
     };
     let timeout = timeout.ok_or_else(|| Error::invalid("timeoutMs is required"))?;
-    let mut ms = 0f64;
-    if unsafe { sys::napi_get_value_double(timeout.env, timeout.raw, &mut ms) } != sys::Status::napi_ok {
-        return Err(Error::invalid("timeoutMs must be a number"));
-    }
+    let ms = timeout.try_number().ok_or_else(|| Error::invalid("timeoutMs must be a number"))?;
     Ok((wait_request(keys, exact_keys, after_generation, ms)?, signal))
 }
 
 /// The request from checked fields and the timeout as the number given (both paths of
 /// `waitForAny` end here, so they refuse the same values with the same errors).
-fn wait_request(
+pub(crate) fn wait_request(
     keys: KeyIds,
     exact_keys: Vec<u64>,
     after_generation: Option<u32>,
@@ -1108,29 +771,6 @@ impl TouchJournal {
         wait_parsed(env, &self.journal, &self.port, parsed)
     }
 
-    /// The handle the JavaScript `waitForAny` and `touch` pass to the plain functions (see
-    /// [`install_js_methods`]).
-    #[napi(js_name = "_handle", skip_typescript)]
-    pub fn handle<'env>(&self, env: &'env Env) -> napi::Result<Unknown<'env>> {
-        let handle = Box::new(JournalHandle {
-            journal: self.journal.clone(),
-            port: self.port.clone(),
-            args: FastArgsCell::new(),
-        });
-        let raw = env.raw();
-        let data = Box::into_raw(handle);
-        let mut v = ptr::null_mut();
-        let st = unsafe { sys::napi_create_external(raw, data.cast(), Some(drop_handle), ptr::null_mut(), &mut v) };
-        if st != sys::Status::napi_ok {
-            drop(unsafe { Box::from_raw(data) });
-            return Err(napi::Error::from_reason("cannot create the journal handle"));
-        }
-        if unsafe { sys::napi_type_tag_object(raw, v, &HANDLE_TAG) } != sys::Status::napi_ok {
-            return Err(napi::Error::from_reason("cannot tag the journal handle"));
-        }
-        Ok(unsafe { Unknown::from_raw_unchecked(raw, v) })
-    }
-
     /// Flushes the pending bucket now (tests and benchmarks). Returns whether a generation was
     /// produced.
     #[napi]
@@ -1249,7 +889,8 @@ pub fn parse_touch_cursor(env: &Env, raw: Unknown) -> napi::Result<Option<Parsed
     Ok(parse_cursor(&s).map(|c| ParsedTouchCursor { epoch: c.epoch.to_string(), generation: c.generation }))
 }
 
-/// `<epoch>:<generation>` with the generation floored and at least 0.
+/// J3: `<epoch>:<generation>` with the generation floored and at least 0 (a NaN generation is
+/// refused: the reference would format `e:NaN`, which its own parser refuses).
 #[napi(ts_args_type = "epoch: string, generation: number")]
 pub fn format_touch_cursor(env: &Env, epoch: Unknown, generation: Unknown) -> napi::Result<String> {
     let r = (|| {

@@ -5,12 +5,12 @@ use napi::bindgen_prelude::*;
 use napi::sys;
 use napi_derive::napi;
 
-use super::js::{throw, unknown, Js, Out};
+use super::napi::{throw, unknown, Js, Out};
 use crate::error::Error;
 use crate::jscompat::string::JsString;
 use crate::keys::{self, ArgValue, Encoding};
 
-fn js(env: &Env, v: &Unknown) -> Js {
+fn js<'env>(env: &'env Env, v: &Unknown) -> Js<'env> {
     Js::new(env, v.raw())
 }
 
@@ -152,9 +152,7 @@ pub fn encode_template_arg<'env>(env: &'env Env, value: Unknown, encoding: Unkno
             ArgValue::String(owned.as_bytes())
         }
         sys::ValueType::napi_bigint => {
-            let mut s = std::ptr::null_mut();
-            unsafe { sys::napi_coerce_to_string(env.raw(), v.raw, &mut s) };
-            bigint = Js::new(env, s).string("value").map_err(|e| throw(env, e))?;
+            bigint = v.coerce_to_string("value").map_err(|e| throw(env, e))?;
             ArgValue::BigInt(&bigint)
         }
         _ => ArgValue::Other,
@@ -192,31 +190,9 @@ pub fn canonicalize_template_fields<'env>(env: &'env Env, fields: Unknown) -> na
     let mut result = Vec::with_capacity(parsed.len());
     for (_, (name, encoding)) in parsed {
         let o = out.object()?;
-        out.set(o, "name", name.map(|n| n.raw).unwrap_or(out.undefined()?))?;
-        out.set(o, "encoding", encoding.map(|e| e.raw).unwrap_or(out.undefined()?))?;
+        out.set(o, "name", name.map(|n| n.raw()).unwrap_or(out.undefined()?))?;
+        out.set(o, "encoding", encoding.map(|e| e.raw()).unwrap_or(out.undefined()?))?;
         result.push(o);
     }
     Ok(unknown(env, out.array(result)?))
-}
-
-/// A parsed touch cursor.
-#[napi(object, object_from_js = false)]
-pub struct ParsedTouchCursor {
-    pub epoch: String,
-    pub generation: f64,
-}
-
-/// `parseTouchCursor(raw)` (J3): `{ epoch, generation }` or null.
-#[napi(namespace = "keys", ts_args_type = "raw: string")]
-pub fn parse_touch_cursor(env: &Env, raw: Unknown) -> napi::Result<Option<ParsedTouchCursor>> {
-    let raw = js(env, &raw).string("raw").map_err(|e| throw(env, e))?;
-    Ok(keys::parse_touch_cursor(&raw).map(|c| ParsedTouchCursor { epoch: c.epoch, generation: c.generation }))
-}
-
-/// `formatTouchCursor(epoch, generation)` (J3).
-#[napi(namespace = "keys", ts_args_type = "epoch: string, generation: number", ts_return_type = "string")]
-pub fn format_touch_cursor(env: &Env, epoch: Unknown, generation: Unknown) -> napi::Result<String> {
-    let epoch = js(env, &epoch).string("epoch").map_err(|e| throw(env, e))?;
-    let generation = js(env, &generation).number("generation").map_err(|e| throw(env, e))?;
-    Ok(keys::format_touch_cursor(&epoch, generation))
 }

@@ -1,30 +1,30 @@
-//! The napi layer: one file per JS class, conversion only.
+//! The napi layer: one file per JS class, conversion only, over [`napi`], the one home for raw
+//! N-API calls and `unsafe`.
 //!
-//! - [`js`]: argument checking and value building, and the one `Error` → JS error mapping;
-//! - [`port`]: the completion port that settles promises from native threads;
+//! - [`napi`]: reading and building JS values, errors, the completion port, the shared abort
+//!   listener, tagged handles, shared buffers and raw callbacks (see its module doc for the
+//!   invariants);
 //! - [`store`]: the `Store` class;
 //! - [`keys`]: the `keys` namespace (key derivation);
 //! - [`spec`]: the `validateTouchConfig` and `validateStateProtocolProfile` functions;
 //! - [`processor`]: the `processRows` function;
 //! - [`journal`]: the `TouchJournal` class and the cursor functions;
+//! - [`journal_fast`]: the native halves of the JavaScript `waitForAny` and `touch`
+//!   (`lib/internal/journal-methods.js`);
 //! - [`engine`]: the `TouchEngine` class;
-//! - [`abort`]: AbortSignal listeners for promise-returning methods;
-//! - [`hostdb`]: the `_sql*` functions behind `compat/sqlite-adapter.mjs` (host SQL).
+//! - [`hostdb`]: the `_sql*` functions behind `compat/sqlite-adapter.mjs` (host SQL);
+//! - [`internal`]: what `lib/internal/native.js` hands the native module at load.
 //!
 //! No policy lives here: if a function in this module grows an `if` about touches, it belongs
 //! in a core module.
 
-// napi_env / napi_value are opaque engine handles handed straight back to N-API and never
-// dereferenced here, so functions taking them need not be `unsafe`.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
-
-pub mod abort;
 pub mod engine;
 pub mod hostdb;
+pub mod internal;
 pub mod journal;
-pub mod js;
+pub mod journal_fast;
 pub mod keys;
-pub mod port;
+pub mod napi;
 pub mod processor;
 pub mod spec;
 pub mod store;

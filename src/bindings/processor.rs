@@ -9,8 +9,8 @@ use napi::bindgen_prelude::*;
 use napi::sys;
 use napi_derive::napi;
 
-use super::js::{script_fn, unknown, Js, Out};
-use super::port::{Port, Ticket};
+use super::napi::helpers::{self, Helper};
+use super::napi::{unknown, Js, Out, Port, RawValue, Ticket};
 use crate::error::{Error, Result};
 use crate::jscompat::json::Value;
 use crate::jscompat::string::JsString;
@@ -141,63 +141,6 @@ pub(crate) fn settle(ticket: Ticket, r: Result<ProcessResult>, output: Output) {
     }
 }
 
-/// Reads `rows[start..end)` in JS (one pass of JIT code instead of several N-API calls per
-/// row): returns `[offsets: BigInt64Array, tsMs: Float64Array, payloads: Uint8Array[], bytes,
-/// ends]`, or null when a payload is not a Uint8Array (strings then take the slow path).
-/// `bytes` (a Uint8Array) holds the payloads back to back and `ends` (a Float64Array) where
-/// each one ends; past 256 MiB in all they are null and the payloads are read one by one.
-const PACK_ROWS: &str = r#"(function () {
-  // The payload buffer is reused across calls (Rust copies out of it before returning) up
-  // to 16 MiB; bigger batches get their own. So are the offset, tsMs and end columns.
-  let scratch = new Uint8Array(0);
-  let offsets = new BigInt64Array(0);
-  let ts = new Float64Array(0);
-  let ends = new Float64Array(0);
-  return function packRows(rows, start, end) {
-  if (!Array.isArray(rows)) throw new TypeError("rows must be an array");
-  const n = Math.max(0, Math.min(end, rows.length) - start);
-  if (offsets.length < n) {
-    offsets = new BigInt64Array(n);
-    ts = new Float64Array(n);
-    ends = new Float64Array(n);
-  }
-  const payloads = new Array(n);
-  let total = 0;
-  for (let i = 0; i < n; i++) {
-    const r = rows[start + i];
-    if (r === null || typeof r !== "object") throw new TypeError("rows[" + (start + i) + "] must be an object");
-    const p = r.payload;
-    if (!(p instanceof Uint8Array)) return null;
-    const o = r.offset;
-    if (typeof o === "bigint") {
-      if (o < -9223372036854775808n || o > 9223372036854775807n) throw new TypeError("rows[" + (start + i) + "].offset is out of the 64-bit range");
-      offsets[i] = o;
-    } else if (Number.isSafeInteger(o)) offsets[i] = BigInt(o);
-    else throw new TypeError("rows[" + (start + i) + "].offset must be a bigint");
-    const t = r.tsMs;
-    ts[i] = typeof t === "number" ? t : Number(t);
-    payloads[i] = p;
-    total += p.length;
-  }
-  const o = offsets.subarray(0, n);
-  const t = ts.subarray(0, n);
-  if (total > 268435456) return [o, t, payloads, null, null];
-  let bytes = scratch;
-  if (bytes.length < total) {
-    bytes = new Uint8Array(Math.max(total, Math.min(2 * bytes.length, 16777216)));
-    if (bytes.length <= 16777216) scratch = bytes;
-  }
-  let at = 0;
-  for (let i = 0; i < n; i++) {
-    const p = payloads[i];
-    bytes.set(p, at);
-    at += p.length;
-    ends[i] = at;
-  }
-  return [o, t, payloads, bytes, ends.subarray(0, n)];
-  };
-})()"#;
-
 /// Rows of the first chunk: it starts the batch on the pool while the next ones are read, so
 /// it is small (the pool waits for it, ~50 µs).
 const FIRST_CHUNK_ROWS: u32 = 256;
@@ -218,14 +161,18 @@ fn chunk_ranges(n: u32) -> impl Iterator<Item = (u32, u32)> {
     })
 }
 
-/// Reads `rows[start..end)` into one buffer ([`PACK_ROWS`], or row by row when a payload is
-/// not a Uint8Array). An empty range still checks that `rows` is an array.
+/// Reads `rows[start..end)` into one buffer (`packRows` in `lib/internal/helpers.js`: one pass
+/// of JIT code instead of several N-API calls per row; or row by row when a payload is not a
+/// Uint8Array). An empty range still checks that `rows` is an array.
 fn read_chunk(env: &Env, rows: Js, start: u32, end: u32) -> Result<RowBuffer> {
-    let packer = script_fn(env, PACK_ROWS).map_err(|e| Error::Internal(e.reason))?;
     let out = Out::new(env);
-    let range = |n: u32| out.u32(n).map_err(|e| Error::Internal(e.reason));
-    let packed = super::js::call(env, packer, &[rows.raw, range(start)?, range(end)?]).map_err(Error::invalid)?;
-    let packed = Js { env: env.raw(), raw: packed };
+    let range = |n: u32| out.u32(n).map_err(super::napi::from_napi);
+    // A TypeError thrown by packRows (rows not an array, a bad offset) is the caller's mistake.
+    let packed =
+        helpers::call(env, Helper::PackRows, &[rows.raw(), range(start)?, range(end)?]).map_err(|e| match e {
+            Error::Internal(m) => Error::invalid(m),
+            e => e,
+        })?;
     if packed.is_nullish() {
         return read_chunk_slowly(rows, start, end);
     }
@@ -354,41 +301,6 @@ pub fn process_rows<'env>(
     Ok(unknown(env, promise))
 }
 
-/// Builds the touch objects in JS from columns (far cheaper than six N-API property sets per
-/// touch). The distinct watermarks come as one decimal text and where each one ends. `flags`:
-/// bit 0 = has a routing key, bit 1 = kind "template", bit 2 = the same routing key as the
-/// touch before (sorted by key id, a key's touches are adjacent): `routing` holds the 16 hex
-/// digits of the others only, in order, and the repeats share one string. Absent routing keys
-/// and template ids are own properties holding `undefined`, as in the reference's messages.
-const BUILD_TOUCHES: &str = r#"(function buildTouches(n, keyIds, routing, flags, wmIdx, wmText, wmEnds, entIdx, ent, tplIdx, tpl) {
-  const wm = new Array(wmEnds.length);
-  for (let j = 0, s = 0; j < wmEnds.length; j++) {
-    const e = wmEnds[j];
-    wm[j] = wmText.substring(s, e);
-    s = e;
-  }
-  const out = new Array(n);
-  let rk = undefined;
-  let r = 0;
-  for (let i = 0; i < n; i++) {
-    const f = flags[i];
-    const t = tplIdx[i];
-    if ((f & 5) === 1) {
-      rk = routing.substring(r, r + 16);
-      r += 16;
-    }
-    out[i] = {
-      keyId: keyIds[i],
-      routingKey: (f & 1) !== 0 ? rk : undefined,
-      watermark: wm[wmIdx[i]],
-      entity: ent[entIdx[i]],
-      kind: (f & 2) !== 0 ? "template" : "table",
-      templateId: t === 4294967295 ? undefined : tpl[t],
-    };
-  }
-  return out;
-})"#;
-
 /// The columns [`BUILD_TOUCHES`] reads, prepared where the batch ran (off the JS thread).
 pub(crate) struct ObjectColumns {
     key_ids: Vec<u32>,
@@ -471,7 +383,9 @@ impl ObjectsResult {
     }
 }
 
-fn touches_js(env: &Env, r: &ProcessResult, c: ObjectColumns) -> napi::Result<sys::napi_value> {
+/// Builds the touch objects in JS (`buildTouches` in `lib/internal/helpers.js`) from columns:
+/// far cheaper than six N-API property sets per touch.
+fn touches_js(env: &Env, r: &ProcessResult, c: ObjectColumns) -> napi::Result<RawValue> {
     let out = Out::new(env);
     let n = c.key_ids.len();
     let ent = r.entities.iter().map(|e| out.js_str(e.as_bytes())).collect::<napi::Result<Vec<_>>>()?;
@@ -490,25 +404,19 @@ fn touches_js(env: &Env, r: &ProcessResult, c: ObjectColumns) -> napi::Result<sy
         out.typed_array_from_vec(T::uint32_array, c.tpl_idx)?,
         out.array(tpl)?,
     ];
-    let builder = script_fn(env, BUILD_TOUCHES)?;
-    super::js::call(env, builder, &args).map_err(napi::Error::from_reason)
+    helpers::call(env, Helper::BuildTouches, &args).map(|v| v.raw()).map_err(super::napi::internal)
 }
 
 /// Builds `{ stream, processedThrough, touches, stats }` on the JS thread from columns
 /// prepared where the batch ran.
-pub(crate) fn objects_result_js(env: &Env, o: ObjectsResult) -> napi::Result<sys::napi_value> {
+pub(crate) fn objects_result_js(env: &Env, o: ObjectsResult) -> napi::Result<RawValue> {
     let ObjectsResult { result: r, columns } = o;
     let touches = touches_js(env, &r, columns)?;
     batch_result_js(&Out::new(env), &r, "touches", touches)
 }
 
 /// `{ stream, processedThrough, <touches>: value, stats }`, the envelope of both output forms.
-fn batch_result_js(
-    out: &Out,
-    r: &ProcessResult,
-    touches: &str,
-    value: sys::napi_value,
-) -> napi::Result<sys::napi_value> {
+fn batch_result_js(out: &Out, r: &ProcessResult, touches: &str, value: RawValue) -> napi::Result<RawValue> {
     let result = out.object()?;
     out.set(result, "stream", out.str(&r.stream)?)?;
     out.set(result, "processedThrough", out.bigint(r.processed_through)?)?;
@@ -517,7 +425,7 @@ fn batch_result_js(
     Ok(result)
 }
 
-fn stats_js(out: &Out, s: &crate::processor::ProcessStats) -> napi::Result<sys::napi_value> {
+fn stats_js(out: &Out, s: &crate::processor::ProcessStats) -> napi::Result<RawValue> {
     let stats = out.object()?;
     for (name, v) in [
         ("rowsRead", s.rows_read),
@@ -539,7 +447,7 @@ fn stats_js(out: &Out, s: &crate::processor::ProcessStats) -> napi::Result<sys::
 /// Builds `{ stream, processedThrough, packed, stats }` (see [`PackedTouches`]): the columns
 /// become typed arrays over their own memory (nothing is copied) beside two small string
 /// tables, whatever the number of touches.
-pub fn packed_result_js(env: &Env, p: PackedResult) -> napi::Result<sys::napi_value> {
+pub fn packed_result_js(env: &Env, p: PackedResult) -> napi::Result<RawValue> {
     let out = Out::new(env);
     let PackedResult { result: r, columns: c } = p;
     use sys::TypedarrayType as T;

@@ -4,7 +4,7 @@
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
-use super::js::{throw, unknown, Js, Out};
+use super::napi::{throw, unknown, Js, Out};
 use crate::error::Error;
 use crate::jscompat::json::Value;
 

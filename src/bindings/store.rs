@@ -1,11 +1,10 @@
 //! `Store`: the JS class over [`crate::store::Store`]. Conversion only.
 
 use napi::bindgen_prelude::*;
-use napi::sys;
 use napi_derive::napi;
 
-use super::js::{throw, Js, Out};
-use super::port::{Port, Ticket};
+use super::napi::value::to_js;
+use super::napi::{throw, unknown, Js, Out, Port, RawValue, Ticket};
 use crate::error::Error;
 use crate::store::{
     AppendOutcome, AppendRequest, ReadRequest, Store as CoreStore, StoreOptions, StreamRow, WalGcOutcome, WalRow,
@@ -169,11 +168,7 @@ fn stream_info(r: StreamRow) -> StreamInfo {
     }
 }
 
-fn to_js<T: ToNapiValue>(env: &Env, v: T) -> napi::Result<sys::napi_value> {
-    unsafe { T::to_napi_value(env.raw(), v) }
-}
-
-fn wal_rows_js(env: &Env, rows: Vec<WalRow>) -> napi::Result<sys::napi_value> {
+fn wal_rows_js(env: &Env, rows: Vec<WalRow>) -> napi::Result<RawValue> {
     let out = Out::new(env);
     let mut items = Vec::with_capacity(rows.len());
     for r in rows {
@@ -292,7 +287,7 @@ fn parse_read(stream: Js, options: Js) -> crate::Result<ReadRequest> {
     Ok(ReadRequest { stream, from, to, limit, max_bytes })
 }
 
-fn arg(env: &Env, v: &Option<Unknown>) -> Option<Js> {
+fn arg<'env>(env: &'env Env, v: &Option<Unknown>) -> Option<Js<'env>> {
     v.as_ref().map(|u| Js::new(env, u.raw()))
 }
 
@@ -307,11 +302,11 @@ impl Store {
     ) -> napi::Result<Unknown<'env>> {
         let value = match parsed {
             Ok(v) => v,
-            Err(e) => return Ok(unsafe { Unknown::from_raw_unchecked(env.raw(), Port::rejected(env, &e)?) }),
+            Err(e) => return Ok(unknown(env, Port::rejected(env, &e)?)),
         };
         let (ticket, promise) = self.port.promise(env)?;
         start(value, ticket);
-        Ok(unsafe { Unknown::from_raw_unchecked(env.raw(), promise) })
+        Ok(unknown(env, promise))
     }
 }
 
@@ -330,7 +325,7 @@ impl Store {
                 None => None,
             };
             match host {
-                Some(h) => CoreStore::open_on_host(&path, opts, super::hostdb::connection_of(env.raw(), h.raw)?),
+                Some(h) => CoreStore::open_on_host(&path, opts, super::hostdb::connection_of(h)?),
                 None => CoreStore::open(&path, opts),
             }
         })();

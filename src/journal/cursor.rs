@@ -2,8 +2,9 @@
 //!
 //! A journal instance draws a random 64-bit epoch, shown as 16 lowercase hex characters, so a
 //! restart (a new journal) makes every cursor handed out before it stale. A cursor is the text
-//! `<epoch>:<generation>`; this module owns its parser and formatter, with the reference's rules
-//! (JavaScript `trim`, split at the first `:`, and an uncapped generation).
+//! `<epoch>:<generation>`; this module owns its parser and formatter (the only ones: the JS
+//! `parseTouchCursor` / `formatTouchCursor` call them), with the reference's rules (JavaScript
+//! `trim`, split at the first `:`, and an uncapped generation).
 
 use std::collections::hash_map::RandomState;
 use std::fmt;
@@ -58,26 +59,9 @@ impl Cursor {
     }
 }
 
-/// `String.prototype.trim`'s whitespace: WhiteSpace and LineTerminator of ECMA-262.
-pub fn is_js_whitespace(c: char) -> bool {
-    matches!(
-        c,
-        '\u{0009}'
-            | '\u{000A}'
-            | '\u{000B}'
-            | '\u{000C}'
-            | '\u{000D}'
-            | '\u{0020}'
-            | '\u{00A0}'
-            | '\u{1680}'
-            | '\u{2000}'
-            ..='\u{200A}' | '\u{2028}' | '\u{2029}' | '\u{202F}' | '\u{205F}' | '\u{3000}' | '\u{FEFF}'
-    )
-}
-
 /// JavaScript's `s.trim()`.
 pub fn js_trim(s: &str) -> &str {
-    s.trim_matches(is_js_whitespace)
+    crate::jscompat::string::trim_str(s)
 }
 
 /// Parses `<epoch>:<generation>` (J3); `None` for anything else. `now` is not a cursor here.

@@ -150,6 +150,7 @@ mod mapped {
 
     // SAFETY: the mapping is owned exclusively by this value, like a Box.
     unsafe impl Send for Mapping {}
+    // SAFETY: as above: shared access only reads (`as_slice`), like `&Box<[u32]>`.
     unsafe impl Sync for Mapping {}
 
     impl Mapping {
@@ -164,8 +165,11 @@ mod mapped {
                 return None;
             }
             let aligned = (base as usize).next_multiple_of(HUGE_PAGE);
-            // Advisory only: without transparent huge pages this is a plain mapping.
-            unsafe { madvise(aligned as *mut c_void, bytes, MADV_HUGEPAGE) };
+            // Advisory only: without transparent huge pages this is a plain mapping, so a failure
+            // changes nothing.
+            // SAFETY: `aligned..aligned + bytes` lies inside the mapping just made (it was
+            // over-allocated by one huge page).
+            let _advisory = unsafe { madvise(aligned as *mut c_void, bytes, MADV_HUGEPAGE) };
             let mut m = Mapping { base, mapped_len, slots: aligned as *mut u32, len };
             // Fault the pages in now (one write per 4 KiB; a single fault per huge page).
             let s = m.as_mut_slice();

@@ -219,8 +219,25 @@ pub fn is_js_whitespace(cp: u32) -> bool {
     )
 }
 
+/// An ASCII byte that is not JavaScript whitespace: text that starts and ends with one has
+/// nothing to trim (every non-ASCII code point is encoded with bytes >= 0x80).
+#[inline]
+fn ascii_non_ws(b: u8) -> bool {
+    b < 0x80 && !matches!(b, 0x09..=0x0D | 0x20)
+}
+
 /// `String.prototype.trim` on WTF-8 (or UTF-8) bytes.
+#[inline]
 pub fn trim(b: &[u8]) -> &[u8] {
+    // Most text (keys, cursors, entity names) has nothing to trim: one test per end.
+    match (b.first(), b.last()) {
+        (Some(&first), Some(&last)) if ascii_non_ws(first) && ascii_non_ws(last) => b,
+        (None, _) => b,
+        _ => trim_code_points(b),
+    }
+}
+
+fn trim_code_points(b: &[u8]) -> &[u8] {
     let mut start = 0;
     while start < b.len() {
         let (cp, next) = decode_at(b, start);
@@ -256,8 +273,12 @@ pub fn is_blank(b: &[u8]) -> bool {
 
 /// `trim()` on a Rust string.
 pub fn trim_str(s: &str) -> &str {
+    let t = trim(s.as_bytes());
+    if t.len() == s.len() {
+        return s;
+    }
     // Trimming whole code points of valid UTF-8 keeps it valid UTF-8.
-    std::str::from_utf8(trim(s.as_bytes())).unwrap_or("")
+    std::str::from_utf8(t).unwrap_or("")
 }
 
 /// The array index a property key denotes (a canonical decimal integer below 2^32 − 1), which
@@ -310,6 +331,14 @@ mod tests {
     fn trim_uses_the_js_whitespace_set() {
         assert_eq!(trim_str("\u{FEFF}\u{3000} a b \n\u{2029}"), "a b");
         assert_eq!(trim_str("\u{180E}x"), "\u{180E}x");
+        // The one-test-per-end shortcut and the code-point path agree.
+        for t in ["", " ", "a", " a", "a ", "\u{b}a\u{c}", "\u{85}a", "é", "aé", "é\u{3000}", "\u{a0}", "x\u{2028}"]
+        {
+            assert_eq!(trim(t.as_bytes()), trim_code_points(t.as_bytes()), "{t:?}");
+            assert_eq!(trim_str(t).as_bytes(), trim_code_points(t.as_bytes()), "{t:?}");
+        }
+        assert_eq!(trim_str("\u{85}a"), "\u{85}a");
+        assert_eq!(trim_str("\u{b}a\u{c}"), "a");
         assert!(is_blank("\t\u{A0}".as_bytes()));
         assert!(!is_blank("\u{200B}".as_bytes()));
     }

@@ -8,8 +8,8 @@ use crate::jscompat::json::Value;
 use crate::jscompat::string::trim_str;
 use crate::keys::{key_id, table_key, template_bits, template_key, touch_key_id_from_routing_key};
 
-/// Most keys / key ids per wait (W1).
-pub const MAX_WAIT_KEYS: usize = 1024;
+/// Most keys / key ids per wait (W1): the journal's limit.
+pub use crate::journal::MAX_WAIT_KEYS;
 /// Most template ids per wait (ours: the reference has no cap, and its dedupe is quadratic).
 pub const MAX_TEMPLATE_IDS_USED: usize = 1024;
 /// The longest list any wait field may hold. [`WaitArgs::parse`] refuses a longer list by its
@@ -412,7 +412,7 @@ mod tests {
     fn fields_lists_every_property_parse_reads() {
         // The binding copies only WaitArgs::FIELDS out of the JS request; a field read here but
         // missing there would silently read as absent.
-        let src = include_str!("wait.rs");
+        let src = include_str!("request.rs");
         let needle = ["get(bo", "dy, \""].concat();
         let mut read: Vec<&str> = src
             .match_indices(&needle)

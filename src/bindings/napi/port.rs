@@ -32,7 +32,9 @@ use std::sync::{Arc, Weak};
 use napi::{sys, Env};
 use parking_lot::Mutex;
 
-use super::js::js_error;
+use super::error::js_error;
+use super::value::RawValue;
+use super::{check, check_napi};
 use crate::error::Error;
 use crate::timer::{self, mono_now, TimerTarget};
 
@@ -40,7 +42,7 @@ use crate::timer::{self, mono_now, TimerTarget};
 const WATCHDOG_NS: u64 = 10_000_000;
 
 /// Builds the resolved value on the JS thread (or returns the error to reject with).
-pub type Outcome = Box<dyn FnOnce(&Env) -> Result<sys::napi_value, Error> + Send>;
+pub type Outcome = Box<dyn FnOnce(&Env) -> Result<RawValue, Error> + Send>;
 
 /// Work to run on the JS thread at the next drain.
 pub type Job = Box<dyn FnOnce(&Env) + Send>;
@@ -75,8 +77,8 @@ impl RawDeferred {
         self.0.as_ptr().cast()
     }
 }
-// SAFETY: a napi_deferred is an opaque handle; it is only dereferenced (resolved/rejected) on
-// the JS thread, inside the threadsafe function's callback.
+// SAFETY: a napi_deferred is an opaque handle; it is only used (resolved/rejected) on the JS
+// thread, inside the threadsafe function's callback or a call from JavaScript.
 unsafe impl Send for RawDeferred {}
 
 struct Shared {
@@ -85,8 +87,9 @@ struct Shared {
     this: Weak<Shared>,
 }
 // SAFETY: napi_call_threadsafe_function / napi_release_threadsafe_function may be called from
-// any thread; the other tsfn calls are made only from the JS thread.
+// any thread; the other tsfn calls are made only from the JS thread. The queue is `Sync`.
 unsafe impl Send for Shared {}
+// SAFETY: as above: shared references only make the calls N-API allows from any thread.
 unsafe impl Sync for Shared {}
 
 impl Drop for Shared {
@@ -94,7 +97,11 @@ impl Drop for Shared {
         if self.queue.dead.load(Ordering::Acquire) {
             return;
         }
-        unsafe { sys::napi_release_threadsafe_function(self.tsfn, sys::ThreadsafeFunctionReleaseMode::release) };
+        // SAFETY: `tsfn` was made by `Port::new` and this is its only release (the last clone of
+        // the port going away); N-API allows it from any thread. It fails only while the
+        // environment tears down, when the function is finalized anyway: nothing to do then.
+        let _closing =
+            unsafe { sys::napi_release_threadsafe_function(self.tsfn, sys::ThreadsafeFunctionReleaseMode::release) };
     }
 }
 
@@ -127,9 +134,15 @@ impl Port {
         });
         let raw_env = env.raw();
         let mut name = ptr::null_mut();
-        check(unsafe { sys::napi_create_string_utf8(raw_env, c"durable-touch".as_ptr(), 13, &mut name) })?;
+        // SAFETY: an N-API call on the JS thread with the current call's environment; the name
+        // is a static NUL-terminated string of 13 bytes.
+        check_napi(unsafe { sys::napi_create_string_utf8(raw_env, c"durable-touch".as_ptr(), 13, &mut name) })?;
         let context = Arc::into_raw(queue.clone()) as *mut c_void;
         let mut tsfn = ptr::null_mut();
+        // SAFETY: on the JS thread with the current call's environment. `context` is a strong
+        // reference to the queue, owned from here on by the threadsafe function and released by
+        // its finalizer `finalize_queue` (or below, if it is not created); `drain_queue` reads it
+        // as a `Queue`. No JS function: the callback does all the work.
         let status = unsafe {
             sys::napi_create_threadsafe_function(
                 raw_env,
@@ -145,35 +158,48 @@ impl Port {
                 &mut tsfn,
             )
         };
-        if status != sys::Status::napi_ok {
+        if check(status).is_err() {
+            // SAFETY: not created, so no finalizer will run: the reference is still ours.
             drop(unsafe { Arc::from_raw(context as *const Queue) });
             return Err(napi::Error::from_reason("cannot create the completion port"));
         }
         queue.tsfn.store(tsfn.cast(), Ordering::Release);
-        check(unsafe { sys::napi_unref_threadsafe_function(raw_env, tsfn) })?;
+        // SAFETY: the threadsafe function just made, on its JS thread.
+        check_napi(unsafe { sys::napi_unref_threadsafe_function(raw_env, tsfn) })?;
         Ok(Port { shared: Arc::new_cyclic(|this| Shared { tsfn, queue, this: this.clone() }) })
     }
 
     /// Creates a pending promise (JS thread). Returns the ticket that settles it and the
     /// promise value to hand to JavaScript.
-    pub fn promise(&self, env: &Env) -> napi::Result<(Ticket, sys::napi_value)> {
-        let mut deferred = ptr::null_mut();
-        let mut promise = ptr::null_mut();
-        check(unsafe { sys::napi_create_promise(env.raw(), &mut deferred, &mut promise) })?;
-        let deferred = RawDeferred::new(deferred)?;
+    pub fn promise(&self, env: &Env) -> napi::Result<(Ticket, RawValue)> {
+        let (deferred, promise) = new_promise(env)?;
         let q = &self.shared.queue;
         if q.pending.fetch_add(1, Ordering::AcqRel) == 0 && !q.referenced.swap(true, Ordering::AcqRel) {
-            unsafe { sys::napi_ref_threadsafe_function(env.raw(), self.shared.tsfn) };
+            // SAFETY: the port's threadsafe function, on its JS thread.
+            let status = unsafe { sys::napi_ref_threadsafe_function(env.raw(), self.shared.tsfn) };
+            if let Err(e) = check(status) {
+                // Not referenced after all: keep the count right, and settle the promise (it is
+                // already handed to nobody) with the failure.
+                q.referenced.store(false, Ordering::Release);
+                let ticket = Ticket { deferred: Some(deferred), shared: self.shared.clone() };
+                ticket.settle_now(env, |_| Err(e.clone()));
+                return Err(super::internal(e));
+            }
         }
         Ok((Ticket { deferred: Some(deferred), shared: self.shared.clone() }, promise))
     }
 
     /// A promise already rejected with `err` (JS thread), for calls refused before any work.
-    pub fn rejected(env: &Env, err: &Error) -> napi::Result<sys::napi_value> {
-        let mut deferred = ptr::null_mut();
-        let mut promise = ptr::null_mut();
-        check(unsafe { sys::napi_create_promise(env.raw(), &mut deferred, &mut promise) })?;
-        check(unsafe { sys::napi_reject_deferred(env.raw(), deferred, js_error(env.raw(), err)) })?;
+    pub fn rejected(env: &Env, err: &Error) -> napi::Result<RawValue> {
+        let (deferred, promise) = new_promise(env)?;
+        settle_deferred(env, deferred, Err(err.clone())).map_err(|(e, _)| super::internal(e))?;
+        Ok(promise)
+    }
+
+    /// A promise already resolved with `value` (JS thread).
+    pub fn resolved(env: &Env, value: RawValue) -> napi::Result<RawValue> {
+        let (deferred, promise) = new_promise(env)?;
+        settle_deferred(env, deferred, Ok(value)).map_err(|(e, _)| super::internal(e))?;
         Ok(promise)
     }
 
@@ -206,7 +232,7 @@ impl Ticket {
     /// work finished synchronously there, such as a flush called from JS).
     pub fn settle_now<F>(mut self, env: &Env, outcome: F)
     where
-        F: FnOnce(&Env) -> Result<sys::napi_value, Error>,
+        F: FnOnce(&Env) -> Result<RawValue, Error>,
     {
         if let Some(d) = self.deferred.take() {
             let q = &self.shared.queue;
@@ -214,16 +240,10 @@ impl Ticket {
                 return;
             }
             // Inside the caller's handle scope: no scope of its own.
-            let raw = env.raw();
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| outcome(env)))
                 .unwrap_or_else(|p| Err(Error::from_panic(p)));
-            unsafe {
-                match result {
-                    Ok(value) => sys::napi_resolve_deferred(raw, d.raw(), value),
-                    Err(err) => sys::napi_reject_deferred(raw, d.raw(), js_error(raw, &err)),
-                };
-            }
-            release_pending(raw, q, 1);
+            settle_or_report(env, d, result);
+            release_pending(env.raw(), q, 1);
         }
     }
 
@@ -231,7 +251,7 @@ impl Ticket {
     pub fn settle_with<T, F>(self, result: Result<T, Error>, convert: F)
     where
         T: Send + 'static,
-        F: FnOnce(&Env, T) -> napi::Result<sys::napi_value> + Send + 'static,
+        F: FnOnce(&Env, T) -> napi::Result<RawValue> + Send + 'static,
     {
         self.settle(Box::new(move |env| {
             let value = result?;
@@ -270,10 +290,15 @@ fn schedule(shared: &Shared) {
 }
 
 fn call_js(shared: &Shared) {
-    // Fails only while the environment tears down; the queue is then dropped with it.
-    unsafe {
+    // SAFETY: the port's threadsafe function, alive while `shared` is (it is released only by
+    // `Shared::drop`); N-API allows this call from any thread.
+    let status = unsafe {
         sys::napi_call_threadsafe_function(shared.tsfn, ptr::null_mut(), sys::ThreadsafeFunctionCallMode::nonblocking)
     };
+    // It fails only while the environment tears down (`napi_closing`), when the queue is dropped
+    // with it, or when the queue is full, which a queue of unbounded size never is. The watchdog
+    // calls again if a call was lost.
+    let _closing = check(status);
 }
 
 fn arm_watchdog(shared: &Shared) {
@@ -315,16 +340,17 @@ unsafe extern "C" fn drain_queue(
     if env.is_null() || context.is_null() {
         return;
     }
+    // SAFETY: `context` is the queue reference the threadsafe function owns (see `Port::new`),
+    // released only by its finalizer, which does not run while a call is being dispatched.
     let q = unsafe { &*(context as *const Queue) };
     q.drains.fetch_add(1, Ordering::AcqRel);
     q.scheduled.store(false, Ordering::Release);
     let js_env = Env::from_raw(env);
     let jobs = std::mem::take(&mut *q.jobs.lock());
     for job in jobs {
-        let mut scope = ptr::null_mut();
-        unsafe { sys::napi_open_handle_scope(env, &mut scope) };
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&js_env)));
-        unsafe { sys::napi_close_handle_scope(env, scope) };
+        // A job that panicked has done what it could; the drain goes on with the next one.
+        let _panicked =
+            in_handle_scope(&js_env, || std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&js_env))));
     }
     let items = std::mem::take(&mut *q.items.lock());
     if items.is_empty() {
@@ -339,42 +365,107 @@ unsafe extern "C" fn drain_queue(
 
 /// Resolves or rejects one promise on the JS thread, in its own handle scope.
 fn settle_here(js_env: &Env, deferred: RawDeferred, outcome: Outcome) {
-    let env = js_env.raw();
+    in_handle_scope(js_env, || {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| outcome(js_env)))
+            .unwrap_or_else(|p| Err(Error::from_panic(p)));
+        settle_or_report(js_env, deferred, result);
+    });
+}
+
+/// Runs `f` in a handle scope of its own (JS thread, outside any call from JavaScript: the
+/// values `f` makes are released when it returns). Should the scope fail to open, `f` runs in
+/// the enclosing one, which holds its values a little longer.
+fn in_handle_scope<R>(env: &Env, f: impl FnOnce() -> R) -> R {
     let mut scope = ptr::null_mut();
-    unsafe { sys::napi_open_handle_scope(env, &mut scope) };
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| outcome(js_env)))
-        .unwrap_or_else(|p| Err(Error::from_panic(p)));
-    unsafe {
-        match result {
-            Ok(value) => sys::napi_resolve_deferred(env, deferred.raw(), value),
-            Err(err) => sys::napi_reject_deferred(env, deferred.raw(), js_error(env, &err)),
-        };
-        sys::napi_close_handle_scope(env, scope);
+    // SAFETY: on the JS thread with the drain's environment; `scope` is a local of the type
+    // N-API writes.
+    let opened = check(unsafe { sys::napi_open_handle_scope(env.raw(), &mut scope) }).is_ok();
+    let r = f();
+    if opened {
+        // SAFETY: the scope opened above, closed once, after every value made in it is used.
+        // Closing the innermost scope cannot fail.
+        let _closed = check(unsafe { sys::napi_close_handle_scope(env.raw(), scope) });
+    }
+    r
+}
+
+/// A new pending promise and its deferred (JS thread).
+#[inline]
+fn new_promise(env: &Env) -> napi::Result<(RawDeferred, RawValue)> {
+    let mut deferred = ptr::null_mut();
+    let mut promise = ptr::null_mut();
+    // SAFETY: on the JS thread with the current call's environment; both out-pointers are
+    // locals of the types N-API writes.
+    check_napi(unsafe { sys::napi_create_promise(env.raw(), &mut deferred, &mut promise) })?;
+    Ok((RawDeferred::new(deferred)?, promise))
+}
+
+/// Resolves with the value or rejects with the JS error of the failure (JS thread).
+///
+/// When building the error fails, the deferred is handed back unsettled (`Err(Some(d))`), so
+/// the caller can settle it otherwise. When N-API's resolve or reject itself fails (`Err(None)`),
+/// the deferred may already be released by N-API and must not be used again.
+#[inline]
+fn settle_deferred(
+    env: &Env,
+    deferred: RawDeferred,
+    result: Result<RawValue, Error>,
+) -> Result<(), (Error, Option<RawDeferred>)> {
+    let status = match result {
+        // SAFETY: `deferred` is an unsettled deferred of this environment (a `RawDeferred` is
+        // settled once: it is consumed here), `value` a value of it.
+        Ok(value) => unsafe { sys::napi_resolve_deferred(env.raw(), deferred.raw(), value) },
+        Err(err) => {
+            let reason = match js_error(env, &err) {
+                Ok(r) => r,
+                Err(e) => return Err((e, Some(deferred))),
+            };
+            // SAFETY: as above.
+            unsafe { sys::napi_reject_deferred(env.raw(), deferred.raw(), reason) }
+        }
+    };
+    check(status).map_err(|e| (e, None))
+}
+
+/// [`settle_deferred`]; should building the value or the error fail, rejects with a plain
+/// string instead, so the promise is not left pending. If that fails too, or N-API refuses to
+/// settle, the environment cannot make or settle values any more (it is tearing down, the only
+/// case where these calls fail): nothing is left to do.
+#[inline]
+fn settle_or_report(env: &Env, deferred: RawDeferred, result: Result<RawValue, Error>) {
+    if let Err((e, Some(deferred))) = settle_deferred(env, deferred, result) {
+        let reason = super::value::Out::new(env).str(&format!("ERR_INTERNAL: cannot settle a promise: {e}"));
+        if let Ok(reason) = reason {
+            // SAFETY: `deferred` is still unsettled (handed back by `settle_deferred`), `reason`
+            // a value of this environment.
+            let _teardown = check(unsafe { sys::napi_reject_deferred(env.raw(), deferred.raw(), reason) });
+        }
     }
 }
 
 /// `count` promises were settled (JS thread): stop keeping the loop alive when none is left.
 fn release_pending(env: sys::napi_env, q: &Queue, count: usize) {
     if q.pending.fetch_sub(count, Ordering::AcqRel) == count && q.referenced.swap(false, Ordering::AcqRel) {
-        unsafe { sys::napi_unref_threadsafe_function(env, q.tsfn.load(Ordering::Acquire).cast()) };
+        // SAFETY: the queue's threadsafe function (set in `Port::new` before any promise), on
+        // its JS thread. Unreferencing cannot fail for a live function; if the environment is
+        // tearing down the loop ends anyway.
+        let _teardown =
+            check(unsafe { sys::napi_unref_threadsafe_function(env, q.tsfn.load(Ordering::Acquire).cast()) });
     }
 }
 
 /// Runs when the threadsafe function is destroyed: releases the queue reference it held.
+///
+/// # Safety
+/// `context` must be the queue reference handed to `napi_create_threadsafe_function`; called
+/// once, by N-API.
 unsafe extern "C" fn finalize_queue(_env: sys::napi_env, _data: *mut c_void, context: *mut c_void) {
     if !context.is_null() {
+        // SAFETY: guaranteed by the caller: the reference `Port::new` handed over.
         let queue = unsafe { Arc::from_raw(context as *const Queue) };
         queue.dead.store(true, Ordering::Release);
         // Outcomes still queued belong to promises of a dead environment.
         queue.items.lock().clear();
         queue.jobs.lock().clear();
-    }
-}
-
-fn check(status: sys::napi_status) -> napi::Result<()> {
-    if status == sys::Status::napi_ok {
-        Ok(())
-    } else {
-        Err(napi::Error::from_reason(format!("napi call failed with status {status}")))
     }
 }

@@ -1,0 +1,14 @@
+// @ts-check
+"use strict";
+// The native module as the package uses it: loaded once per environment (each worker thread
+// has its own), with its JavaScript halves attached. Internal: the public API is index.js,
+// which re-exports only the public names; `compat/` reads the private ones from here.
+
+const binding = require("../../binding.js");
+const helpers = require("./helpers.js");
+const { installJournalMethods } = require("./journal-methods.js");
+
+binding._setHelpers(helpers);
+installJournalMethods(binding);
+
+module.exports = binding;
