@@ -4,13 +4,15 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use super::napi::abort;
+use super::napi::helpers::{self, Helper};
+use super::napi::value::RawValue;
 use super::napi::value::{class_instance, to_js};
 use super::napi::{throw, unknown, Js, Out, Port};
 use super::processor::{parse_output, parse_request, settle};
 use super::store::Store;
 use crate::engine::templates::{ActivateOutcome, TemplateLimits};
 use crate::engine::wait::{
-    parse_inactivity_ttl, parse_template_decls, WaitArgs, WaitReply, MAX_DECLARED_TEMPLATES, MAX_WAIT_LIST,
+    parse_inactivity_ttl, parse_template_decls, WaitArgs, WaitKind, WaitReply, MAX_DECLARED_TEMPLATES, MAX_WAIT_LIST,
 };
 use crate::engine::{
     EngineOptions, EngineStatsView, MemoryView, RuntimeView, TopStream, TouchEngine as CoreEngine, TouchMetaView,
@@ -332,6 +334,37 @@ fn parse_options(options: Option<Js>) -> crate::Result<EngineOptions> {
 
 fn value_of(v: Option<Js>, what: &str) -> crate::Result<Value> {
     Ok(v.map(|v| v.to_value(what)).transpose()?.flatten().unwrap_or(Value::Undefined))
+}
+
+/// `WaitKind`'s index in `WAIT_KINDS` of `lib/internal/helpers.js`.
+fn kind_code(kind: WaitKind) -> u32 {
+    match kind {
+        WaitKind::FineKey => 0,
+        WaitKind::TemplateKey => 1,
+        WaitKind::TableKey => 2,
+    }
+}
+
+/// The JS reply of a wait: built by `makeWaitReply` (`lib/internal/helpers.js`) unless stale,
+/// which carries more fields and is rare.
+fn wait_reply_js(env: &Env, r: WaitReply) -> crate::Result<RawValue> {
+    if r.stale || r.epoch.is_some() || r.generation.is_some() {
+        return to_js(env, wait_reply(r)).map_err(|e| Error::Internal(e.reason));
+    }
+    let out = Out::new(env);
+    let values = (|| {
+        Ok::<_, napi::Error>([
+            out.bool(r.touched)?,
+            // Both are ASCII: a cursor is hex, a colon and digits.
+            out.latin1(r.cursor.as_bytes())?,
+            out.u32(kind_code(r.effective_wait_kind))?,
+            out.latin1(r.bucket_max_source_offset_seq.to_string().as_bytes())?,
+            out.num(r.flush_at_ms as f64)?,
+            out.num(r.bucket_start_ms as f64)?,
+        ])
+    })()
+    .map_err(|e| Error::Internal(e.reason))?;
+    helpers::call(env, Helper::MakeWaitReply, &values).map(|v| v.raw())
 }
 
 fn wait_reply(r: WaitReply) -> WaitResult {
@@ -703,8 +736,7 @@ impl TouchEngine {
                         if let Some(h) = hook_for_reply.lock().take() {
                             h.release(env);
                         }
-                        let v = r?;
-                        to_js(env, wait_reply(v)).map_err(|e| Error::Internal(e.reason))
+                        wait_reply_js(env, r?)
                     }))
                 }),
             );
