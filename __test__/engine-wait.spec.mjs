@@ -273,3 +273,41 @@ test("replies have the route's fields, in its order, for every kind and outcome"
   assert.equal(stale.error.code, "stale");
   await closeAll(ctx);
 });
+
+test("wait reads each field of its request once, in a fixed order, in JavaScript", async () => {
+  const ctx = await open();
+  const { engine } = ctx;
+  assert.match(String(TouchEngine.prototype.wait), /waitFields\(/, "the installed JS method");
+  const reads = [];
+  const request = {};
+  const table = keys.tableKeyId("public.posts");
+  for (const [name, value] of [
+    ["stream", "s"],
+    ["signal", undefined],
+    ["keys", undefined],
+    ["keyIds", [table]],
+    ["exact", undefined],
+    ["cursor", "now"],
+    ["timeoutMs", 10],
+    ["templateIdsUsed", undefined],
+    ["interestMode", "coarse"],
+    ["declareTemplates", undefined],
+    ["inactivityTtlMs", undefined],
+  ]) {
+    Object.defineProperty(request, name, {
+      enumerable: true,
+      get() {
+        reads.push(name);
+        return value;
+      },
+    });
+  }
+  const r = await engine.wait(request);
+  assert.equal(r.touched, false);
+  assert.deepEqual(reads, ["stream", "signal", "keys", "keyIds", "exact", "cursor", "timeoutMs", "templateIdsUsed", "interestMode", "declareTemplates", "inactivityTtlMs"]);
+  // What is not a request object takes the native method and its errors.
+  for (const bad of [undefined, null, 5, "s"]) await rejectsWithCode(engine.wait(bad), "ERR_INVALID_ARGUMENT");
+  await rejectsWithCode(engine.wait({ keyIds: [table], timeoutMs: 10 }), "ERR_INVALID_ARGUMENT");
+  assert.throws(() => TouchEngine.prototype.wait.call({}, { stream: "s", keyIds: [table] }), (e) => e.code === "ERR_INVALID_ARGUMENT");
+  await closeAll(ctx);
+});
