@@ -240,3 +240,74 @@ test("bad requests get coded errors", async () => {
   assert.throws(() => new TouchEngine({}), (e) => e.code === "ERR_INVALID_ARGUMENT");
   await closeAll(ctx);
 });
+
+test("replies have the route's fields, in its order, for every kind and outcome", async () => {
+  const ctx = await open();
+  const { store, engine } = ctx;
+  const base = ["touched", "cursor", "effectiveWaitKind", "bucketMaxSourceOffsetSeq", "flushAtMs", "bucketStartMs"];
+  const table = keys.tableKeyId("public.posts");
+  let cursor = (await engine.meta("s")).cursor;
+  const kinds = [
+    [{ keyIds: [table], interestMode: "coarse" }, "tableKey"],
+    [{ keyIds: [table], interestMode: "fine" }, "fineKey"],
+  ];
+  for (const [req, kind] of kinds) {
+    const w = engine.wait({ stream: "s", cursor, ...req, timeoutMs: 5000 });
+    await sleep(10);
+    const ack = await store.append("s", [rec("insert", { id: 1, authorId: 42, status: "published" })]);
+    const r = await w;
+    cursor = r.cursor;
+    assert.deepEqual(Object.keys(r), base);
+    assert.equal(r.touched, true);
+    assert.equal(r.effectiveWaitKind, kind);
+    assert.equal(typeof r.cursor, "string");
+    assert.ok(BigInt(r.bucketMaxSourceOffsetSeq) >= BigInt(ack.firstOffset));
+    assert.ok(Number.isInteger(r.flushAtMs) && r.flushAtMs >= r.bucketStartMs);
+  }
+  const timedOut = await engine.wait({ stream: "s", cursor, keyIds: [table], timeoutMs: 10 });
+  assert.deepEqual(Object.keys(timedOut), base);
+  assert.equal(timedOut.touched, false);
+  const stale = await engine.wait({ stream: "s", cursor: "0000000000000000:1", keyIds: [table], timeoutMs: 10 });
+  assert.deepEqual(Object.keys(stale), [...base, "stale", "epoch", "generation", "error"]);
+  assert.equal(stale.stale, true);
+  assert.equal(stale.error.code, "stale");
+  await closeAll(ctx);
+});
+
+test("wait reads each field of its request once, in a fixed order, in JavaScript", async () => {
+  const ctx = await open();
+  const { engine } = ctx;
+  assert.match(String(TouchEngine.prototype.wait), /waitFields\(/, "the installed JS method");
+  const reads = [];
+  const request = {};
+  const table = keys.tableKeyId("public.posts");
+  for (const [name, value] of [
+    ["stream", "s"],
+    ["signal", undefined],
+    ["keys", undefined],
+    ["keyIds", [table]],
+    ["exact", undefined],
+    ["cursor", "now"],
+    ["timeoutMs", 10],
+    ["templateIdsUsed", undefined],
+    ["interestMode", "coarse"],
+    ["declareTemplates", undefined],
+    ["inactivityTtlMs", undefined],
+  ]) {
+    Object.defineProperty(request, name, {
+      enumerable: true,
+      get() {
+        reads.push(name);
+        return value;
+      },
+    });
+  }
+  const r = await engine.wait(request);
+  assert.equal(r.touched, false);
+  assert.deepEqual(reads, ["stream", "signal", "keys", "keyIds", "exact", "cursor", "timeoutMs", "templateIdsUsed", "interestMode", "declareTemplates", "inactivityTtlMs"]);
+  // What is not a request object takes the native method and its errors.
+  for (const bad of [undefined, null, 5, "s"]) await rejectsWithCode(engine.wait(bad), "ERR_INVALID_ARGUMENT");
+  await rejectsWithCode(engine.wait({ keyIds: [table], timeoutMs: 10 }), "ERR_INVALID_ARGUMENT");
+  assert.throws(() => TouchEngine.prototype.wait.call({}, { stream: "s", keyIds: [table] }), (e) => e.code === "ERR_INVALID_ARGUMENT");
+  await closeAll(ctx);
+});

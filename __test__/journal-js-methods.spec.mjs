@@ -250,3 +250,80 @@ test("the fast path checks afterGeneration and timeoutMs exactly as the general 
   }
   j.stop();
 });
+
+test("staged touches reach the journal exactly as one native call per touch would", async () => {
+  // touch() stages what it can in typed arrays and hands it over with touchMany; a second
+  // journal takes every touch through the native entry point, one call each. After every step
+  // both must answer the same: pending keys, overflow, the exact (routing-key) history, the
+  // bloom filter, the highest offset, and waiters.
+  const opts = { bucketMs: 60_000, filterPow2: 12, k: 3, pendingMaxKeys: 40, keyIndexMaxKeys: 8 };
+  let seed = 7;
+  const rnd = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32);
+  const staged = new TouchJournal(opts);
+  const native = new TouchJournal(opts);
+  const nativeTouch = (keyId, seq, rk) => internal._touch(internal._journalHandle(native), keyId, seq, rk);
+  const rkOf = (i) => i.toString(16).padStart(16, "0");
+  const arg = () => {
+    const r = rnd();
+    if (r < 0.5) return [Math.floor(rnd() * 60)];
+    if (r < 0.7) return [Math.floor(rnd() * 60), BigInt(Math.floor(rnd() * 1000))];
+    if (r < 0.85) return [Math.floor(rnd() * 60), rnd() < 0.5 ? null : BigInt(Math.floor(rnd() * 1000)), rkOf(Math.floor(rnd() * 50))];
+    // Inputs the stage does not take: trimmed or bad routing keys, odd key ids and offsets.
+    return [
+      [1.5, -1, 2 ** 32, "7", 1n, 3][Math.floor(rnd() * 6)],
+      [undefined, 2n ** 63n, -(2n ** 63n) - 1n, 5, 9n][Math.floor(rnd() * 5)],
+      [" 00000000000000aa", "zz", "00000000000000AB", 17, undefined][Math.floor(rnd() * 5)],
+    ];
+  };
+  const answer = (j) => {
+    const m = j.getMeta();
+    const g = j.getGeneration();
+    return {
+      pending: m.pendingKeys,
+      overflow: m.overflowBuckets,
+      generation: g,
+      maxSeq: j.getLastFlushedSourceOffsetSeq(),
+      maybe: Array.from({ length: 60 }, (_, k) => j.maybeTouchedSince(k, Math.max(0, g - 1))),
+      exact: Array.from({ length: 52 }, (_, i) => j.exactTouchedSinceAny([rkOf(i === 51 ? 0xaa : i === 50 ? 0xab : i)], Math.max(0, g - 1))),
+    };
+  };
+  for (let step = 0; step < 40; step++) {
+    const n = 1 + Math.floor(rnd() * 30);
+    const watched = Math.floor(rnd() * 60);
+    const waits = [staged, native].map((j) => j.waitForAny({ keys: [watched], timeoutMs: 60_000 }));
+    for (let i = 0; i < n; i++) {
+      const a = arg();
+      let se, ne;
+      try {
+        staged.touch(...a);
+      } catch (e) {
+        se = e.code;
+      }
+      try {
+        nativeTouch(...a);
+      } catch (e) {
+        ne = e.code;
+      }
+      assert.equal(se, ne, `touch(${a.map(String)}) throws alike`);
+    }
+    assert.deepEqual(answer(staged), answer(native), `step ${step} before the flush`);
+    staged.flush();
+    native.flush();
+    assert.deepEqual(answer(staged), answer(native), `step ${step} after the flush`);
+    const [a, b] = await Promise.race([Promise.all(waits), new Promise((r) => setTimeout(() => r(["pending", "pending"]), 20))]);
+    assert.deepEqual(a?.keyId, b?.keyId);
+  }
+  staged.stop();
+  native.stop();
+});
+
+test("staged touches reach the journal by the end of the job, so its bucket flushes on time", async () => {
+  const j = new TouchJournal({ bucketMs: 20 });
+  const p = j.waitForAny({ keys: [3], timeoutMs: 2000 });
+  for (let i = 0; i < 10; i++) j.touch(i);
+  const t0 = Date.now();
+  const hit = await p;
+  assert.equal(hit?.keyId, 3);
+  assert.ok(Date.now() - t0 < 1000, "woken by the bucket's own timer");
+  j.stop();
+});

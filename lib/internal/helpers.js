@@ -18,6 +18,24 @@ function makeHit(generation, keyId, bucketMaxSourceOffsetSeq, flushAtMs, bucketS
   return Object.freeze({ generation, keyId, bucketMaxSourceOffsetSeq, flushAtMs, bucketStartMs });
 }
 
+/** `effectiveWaitKind` by the engine's code for it (src/bindings/engine.rs, `kind_code`). */
+const WAIT_KINDS = ["fineKey", "templateKey", "tableKey"];
+
+/**
+ * The reply of a `TouchEngine.wait` that is not stale, with the fields (and their order) of
+ * the native `WaitResult`: one call instead of an object and six interned property names
+ * through N-API, on a path every wake takes.
+ * @param {boolean} touched
+ * @param {string} cursor
+ * @param {number} kind index into WAIT_KINDS
+ * @param {string} bucketMaxSourceOffsetSeq
+ * @param {number} flushAtMs
+ * @param {number} bucketStartMs
+ */
+function makeWaitReply(touched, cursor, kind, bucketMaxSourceOffsetSeq, flushAtMs, bucketStartMs) {
+  return { touched, cursor, effectiveWaitKind: WAIT_KINDS[kind], bucketMaxSourceOffsetSeq, flushAtMs, bucketStartMs };
+}
+
 /**
  * Reads `rows[start..end)` of `processRows` in one pass: returns `[offsets, tsMs, payloads,
  * bytes, ends]`, or null when a payload is not a Uint8Array (strings then take the native slow
@@ -119,4 +137,4 @@ function buildTouches(n, keyIds, routing, flags, wmIdx, wmText, wmEnds, entIdx, 
   return out;
 }
 
-module.exports = { makeHit, packRows, buildTouches };
+module.exports = { makeHit, packRows, buildTouches, makeWaitReply };

@@ -18,6 +18,8 @@ function installJournalMethods(binding) {
   const argsBufferOf = binding._waitArgsBuffer;
   const { waitArgs, maxKeys, f64At } = binding._journalFastPath();
   const slot = Symbol("durable-touch.journalHandle");
+  /** Touches staged per journal before one `touchMany` (see `touch` below). */
+  const STAGE_TOUCHES = 4096;
   // Per journal: the native handle and, where the runtime allows, typed arrays over the
   // handle's argument buffer (key ids, then n and has-after; afterGeneration and timeoutMs),
   // which `waitArgs` reads.
@@ -27,10 +29,12 @@ function installJournalMethods(binding) {
       const h = handleOf(journal);
       const buf = argsBufferOf(h);
       r = buf === undefined
-        ? { h, u32: null, f64: null, calls: 0 }
-        : { h, u32: new Uint32Array(buf, 0, maxKeys + 2), f64: new Float64Array(buf, f64At, 2), calls: 0 };
+        ? { h, u32: null, f64: null, calls: 0, stage: null, staged: false }
+        : { h, u32: new Uint32Array(buf, 0, maxKeys + 2), f64: new Float64Array(buf, f64At, 2), calls: 0, stage: null, staged: false };
       try {
         Object.defineProperty(journal, slot, { value: r });
+        // Staging needs the record to outlive the call.
+        r.staged = journal[slot] === r;
       } catch {}
     }
     return r;
@@ -38,6 +42,7 @@ function installJournalMethods(binding) {
   const method = (value) => ({ configurable: true, writable: true, enumerable: true, value });
   Object.defineProperty(proto, "waitForAny", method(/** @this {any} */ function waitForAny(args) {
     const r = handleFor(this);
+    if (r.stage !== null && r.stage.n !== 0) drain(this, r.stage);
     if (typeof args !== "object" || args === null) return waitFast(r.h, args);
     const keys = args.keys, exactKeys = args.exactKeys;
     const afterGeneration = args.afterGeneration, timeoutMs = args.timeoutMs, signal = args.signal;
@@ -69,9 +74,139 @@ function installJournalMethods(binding) {
     }
     return waitFast(r.h, args, keys, exactKeys, afterGeneration, timeoutMs, signal);
   }));
+  // touch(): one N-API call per key costs far more than the journal's work for the key, so
+  // touches are staged in typed arrays here and handed over as one touchMany call: when the
+  // stage is full, before any other method of the journal runs (so nothing ever observes a
+  // staged touch missing), and at the latest when the current JavaScript job ends (a
+  // microtask), so the bucket's flush timer starts as it did. Only touches the native method
+  // would take as they are go to the stage (a u32 key id; an offset that is a bigint in i64
+  // range, or absent; a routing key of 16 hex digits, or absent); anything else empties the
+  // stage first and takes the native method, with its checks and errors.
+  const touchMany = proto.touchMany;
+  const littleEndian = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+  const HEX16 = /^[0-9a-fA-F]{16}$/;
+  const I64_MIN = -(2n ** 63n);
+  const I64_MAX = 2n ** 63n - 1n;
+  /** No offset: below every offset, so the bucket's highest offset is left as it is. */
+  const NO_OFFSET = I64_MIN;
+  function newStage() {
+    const rks = new BigUint64Array(STAGE_TOUCHES);
+    return {
+      n: 0,
+      offsets: false,
+      routing: false,
+      queued: false,
+      keys: new Uint32Array(STAGE_TOUCHES),
+      seqs: new BigInt64Array(STAGE_TOUCHES),
+      rks,
+      rkWords: new Uint32Array(rks.buffer),
+      has: new Uint8Array(STAGE_TOUCHES),
+    };
+  }
+  // The journal whose stage holds touches, and that stage: the next touch() on it goes
+  // straight to the stage. Cleared by every drain, so it never keeps a journal alive.
+  /** @type {any} */
+  let stagingJournal = null;
+  /** @type {any} */
+  let stagingStage = null;
+  function drain(journal, st) {
+    if (journal === stagingJournal) stagingJournal = stagingStage = null;
+    const n = st.n;
+    if (n === 0) return;
+    st.n = 0;
+    const { offsets, routing } = st;
+    st.offsets = st.routing = false;
+    if (!offsets && !routing) {
+      touchMany.call(journal, st.keys.subarray(0, n));
+    } else if (!routing) {
+      touchMany.call(journal, st.keys.subarray(0, n), st.seqs.subarray(0, n));
+    } else {
+      const seqs = offsets ? st.seqs.subarray(0, n) : null;
+      touchMany.call(journal, st.keys.subarray(0, n), seqs, st.rks.subarray(0, n), st.has.subarray(0, n));
+    }
+  }
+  /** Empties the stage of `journal` (if it has one) before another method reads the journal. */
+  function drained(journal) {
+    const r = journal === null || journal === undefined ? undefined : journal[slot];
+    if (r !== undefined && r.stage !== null && r.stage.n !== 0) drain(journal, r.stage);
+  }
   Object.defineProperty(proto, "touch", method(/** @this {any} */ function touch(keyId, sourceOffsetSeq, routingKey) {
+    let st = stagingStage;
+    if (this !== stagingJournal) {
+      const r = handleFor(this);
+      st = r.stage;
+      if (st === null || st === undefined) {
+        if (!r.staged) {
+          touchFast(r.h, keyId, sourceOffsetSeq, routingKey);
+          return;
+        }
+        st = r.stage = newStage();
+      }
+    }
+    const noSeq = sourceOffsetSeq === undefined || sourceOffsetSeq === null;
+    const noRk = routingKey === undefined || routingKey === null;
+    if (
+      typeof keyId === "number" && keyId >>> 0 === keyId &&
+      (noSeq || (typeof sourceOffsetSeq === "bigint" && sourceOffsetSeq >= I64_MIN && sourceOffsetSeq <= I64_MAX)) &&
+      (noRk || (littleEndian && typeof routingKey === "string" && HEX16.test(routingKey)))
+    ) {
+      const i = st.n;
+      st.keys[i] = keyId;
+      // Offsets and routing-key flags are written only once some staged touch has one (the
+      // touches staged before it are then filled in as having none).
+      if (!noSeq) {
+        if (!st.offsets) {
+          st.seqs.fill(NO_OFFSET, 0, i);
+          st.offsets = true;
+        }
+        st.seqs[i] = sourceOffsetSeq;
+      } else if (st.offsets) {
+        st.seqs[i] = NO_OFFSET;
+      }
+      if (!noRk) {
+        if (!st.routing) {
+          st.has.fill(0, 0, i);
+          st.routing = true;
+        }
+        st.has[i] = 1;
+        st.rkWords[2 * i] = parseInt(routingKey.slice(8), 16);
+        st.rkWords[2 * i + 1] = parseInt(routingKey.slice(0, 8), 16);
+      } else if (st.routing) {
+        st.has[i] = 0;
+      }
+      st.n = i + 1;
+      if (st.n === STAGE_TOUCHES) {
+        drain(this, st);
+      } else {
+        stagingJournal = this;
+        stagingStage = st;
+        if (!st.queued) {
+          st.queued = true;
+          const journal = this;
+          queueMicrotask(() => {
+            st.queued = false;
+            drain(journal, st);
+          });
+        }
+      }
+      return;
+    }
+    drain(this, st);
     touchFast(handleFor(this).h, keyId, sourceOffsetSeq, routingKey);
   }));
+  // Every other method sees the staged touches first.
+  for (const name of Object.getOwnPropertyNames(proto)) {
+    const d = Object.getOwnPropertyDescriptor(proto, name);
+    if (name === "constructor" || name === "touch" || name === "waitForAny" || d === undefined || typeof d.value !== "function") continue;
+    const inner = d.value;
+    const wrapped = {
+      [name](/** @type {any[]} */ ...args) {
+        drained(this);
+        return inner.apply(this, args);
+      },
+    }[name];
+    Object.defineProperty(proto, name, { ...d, value: wrapped });
+  }
 }
 
 module.exports = { installJournalMethods };

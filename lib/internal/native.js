@@ -7,8 +7,10 @@
 const binding = require("../../binding.js");
 const helpers = require("./helpers.js");
 const { installJournalMethods } = require("./journal-methods.js");
+const { installEngineMethods } = require("./engine-methods.js");
 
 binding._setHelpers(helpers);
 installJournalMethods(binding);
+installEngineMethods(binding);
 
 module.exports = binding;

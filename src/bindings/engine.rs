@@ -4,13 +4,15 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use super::napi::abort;
+use super::napi::helpers::{self, Helper};
+use super::napi::value::RawValue;
 use super::napi::value::{class_instance, to_js};
 use super::napi::{throw, unknown, Js, Out, Port};
 use super::processor::{parse_output, parse_request, settle};
 use super::store::Store;
 use crate::engine::templates::{ActivateOutcome, TemplateLimits};
 use crate::engine::wait::{
-    parse_inactivity_ttl, parse_template_decls, WaitArgs, WaitReply, MAX_DECLARED_TEMPLATES, MAX_WAIT_LIST,
+    parse_inactivity_ttl, parse_template_decls, WaitArgs, WaitKind, WaitReply, MAX_DECLARED_TEMPLATES, MAX_WAIT_LIST,
 };
 use crate::engine::{
     EngineOptions, EngineStatsView, MemoryView, RuntimeView, TopStream, TouchEngine as CoreEngine, TouchMetaView,
@@ -334,6 +336,37 @@ fn value_of(v: Option<Js>, what: &str) -> crate::Result<Value> {
     Ok(v.map(|v| v.to_value(what)).transpose()?.flatten().unwrap_or(Value::Undefined))
 }
 
+/// `WaitKind`'s index in `WAIT_KINDS` of `lib/internal/helpers.js`.
+fn kind_code(kind: WaitKind) -> u32 {
+    match kind {
+        WaitKind::FineKey => 0,
+        WaitKind::TemplateKey => 1,
+        WaitKind::TableKey => 2,
+    }
+}
+
+/// The JS reply of a wait: built by `makeWaitReply` (`lib/internal/helpers.js`) unless stale,
+/// which carries more fields and is rare.
+fn wait_reply_js(env: &Env, r: WaitReply) -> crate::Result<RawValue> {
+    if r.stale || r.epoch.is_some() || r.generation.is_some() {
+        return to_js(env, wait_reply(r)).map_err(|e| Error::Internal(e.reason));
+    }
+    let out = Out::new(env);
+    let values = (|| {
+        Ok::<_, napi::Error>([
+            out.bool(r.touched)?,
+            // Both are ASCII: a cursor is hex, a colon and digits.
+            out.latin1(r.cursor.as_bytes())?,
+            out.u32(kind_code(r.effective_wait_kind))?,
+            out.latin1(r.bucket_max_source_offset_seq.to_string().as_bytes())?,
+            out.num(r.flush_at_ms as f64)?,
+            out.num(r.bucket_start_ms as f64)?,
+        ])
+    })()
+    .map_err(|e| Error::Internal(e.reason))?;
+    helpers::call(env, Helper::MakeWaitReply, &values).map(|v| v.raw())
+}
+
 fn wait_reply(r: WaitReply) -> WaitResult {
     WaitResult {
         touched: r.touched,
@@ -534,6 +567,69 @@ impl TouchEngine {
     }
 }
 
+/// `request.stream` and `request.signal` of a wait: the stream name, and the signal unless it
+/// is absent (a signal already aborted refuses the wait before anything else is read).
+fn wait_stream_and_signal<'env>(
+    stream: Option<Js<'env>>,
+    signal: Option<Js<'env>>,
+) -> crate::Result<(String, Option<Js<'env>>)> {
+    let stream = stream.ok_or_else(|| Error::invalid("request.stream is required"))?.string("request.stream")?;
+    let signal = signal.filter(|s| !s.is_nullish());
+    if let Some(s) = &signal {
+        if abort::is_aborted(s)? {
+            return Err(Error::Aborted);
+        }
+    }
+    Ok((stream, signal))
+}
+
+/// `TouchEngine.prototype.wait` as `lib/internal/engine-methods.js` calls it: the request's
+/// fields read in JavaScript (`stream`, `signal`, then `WaitArgs::FIELDS` in order) and passed
+/// as they are, so that no property is looked up through N-API. Same checks and replies as
+/// the native `wait`.
+#[napi(js_name = "_engineWait", skip_typescript)]
+#[allow(clippy::too_many_arguments)]
+pub fn engine_wait_fields<'env>(
+    env: &'env Env,
+    engine: Unknown,
+    stream: Unknown,
+    signal: Unknown,
+    keys: Unknown,
+    key_ids: Unknown,
+    exact: Unknown,
+    cursor: Unknown,
+    timeout_ms: Unknown,
+    template_ids_used: Unknown,
+    interest_mode: Unknown,
+    declare_templates: Unknown,
+    inactivity_ttl_ms: Unknown,
+) -> napi::Result<Unknown<'env>> {
+    let this = class_instance::<TouchEngine>(Js::new(env, engine.raw()))
+        .ok_or_else(|| throw(env, Error::invalid("this must be a TouchEngine")))?;
+    let present = |v: &Unknown| {
+        let v = Js::new(env, v.raw());
+        (v.type_of() != napi::sys::ValueType::napi_undefined).then_some(v)
+    };
+    let parsed = (|| -> crate::Result<(String, WaitArgs, Option<Js>)> {
+        let (stream, signal) = wait_stream_and_signal(present(&stream), present(&signal))?;
+        let fields = [
+            &keys,
+            &key_ids,
+            &exact,
+            &cursor,
+            &timeout_ms,
+            &template_ids_used,
+            &interest_mode,
+            &declare_templates,
+            &inactivity_ttl_ms,
+        ]
+        .map(present);
+        let body = Js::picked("request", WaitArgs::FIELDS, &fields, MAX_WAIT_LIST)?;
+        Ok((stream, WaitArgs::parse(&body)?, signal))
+    })();
+    this.wait_parsed(env, parsed)
+}
+
 #[napi]
 impl TouchEngine {
     /// Opens the engine over `store`: loads touch profiles, seeds touch state (M22), hooks the
@@ -669,21 +765,18 @@ impl TouchEngine {
     pub fn wait<'env>(&self, env: &'env Env, request: Unknown) -> napi::Result<Unknown<'env>> {
         let parsed = (|| -> crate::Result<(String, WaitArgs, Option<Js>)> {
             let r = Js::new(env, request.raw()).object("request")?;
-            let stream = r
-                .get("stream")?
-                .ok_or_else(|| Error::invalid("request.stream is required"))?
-                .string("request.stream")?;
-            let signal = r.opt("signal")?;
-            let aborted = match &signal {
-                Some(s) => abort::is_aborted(s)?,
-                None => false,
-            };
-            if aborted {
-                return Err(Error::Aborted);
-            }
+            let (stream, signal) = wait_stream_and_signal(r.get("stream")?, r.opt("signal")?)?;
             let body = r.pick("request", WaitArgs::FIELDS, MAX_WAIT_LIST)?;
             Ok((stream, WaitArgs::parse(&body)?, signal))
         })();
+        self.wait_parsed(env, parsed)
+    }
+
+    fn wait_parsed<'env>(
+        &self,
+        env: &'env Env,
+        parsed: crate::Result<(String, WaitArgs, Option<Js>)>,
+    ) -> napi::Result<Unknown<'env>> {
         let engine = self.engine.clone();
         let (ticket, promise) = match parsed {
             Ok(p) => {
@@ -703,8 +796,7 @@ impl TouchEngine {
                         if let Some(h) = hook_for_reply.lock().take() {
                             h.release(env);
                         }
-                        let v = r?;
-                        to_js(env, wait_reply(v)).map_err(|e| Error::Internal(e.reason))
+                        wait_reply_js(env, r?)
                     }))
                 }),
             );

@@ -21,17 +21,25 @@ pub enum Helper {
     PackRows,
     /// `buildTouches(n, keyIds, …)`: a batch's touch objects from its columns.
     BuildTouches,
+    /// `makeWaitReply(touched, cursor, kind, bucketMaxSourceOffsetSeq, flushAtMs,
+    /// bucketStartMs)`: the reply object of a `TouchEngine.wait` that is not stale.
+    MakeWaitReply,
 }
 
-const NAMES: [(&std::ffi::CStr, Helper); 3] =
-    [(c"makeHit", Helper::MakeHit), (c"packRows", Helper::PackRows), (c"buildTouches", Helper::BuildTouches)];
+const NAMES: [(&std::ffi::CStr, Helper); 4] = [
+    (c"makeHit", Helper::MakeHit),
+    (c"packRows", Helper::PackRows),
+    (c"buildTouches", Helper::BuildTouches),
+    (c"makeWaitReply", Helper::MakeWaitReply),
+];
 
 thread_local! {
     /// This JS thread's helpers (strong references of its environment), by [`Helper`] index.
     static HELPERS: RefCell<Option<Vec<Ref>>> = const { RefCell::new(None) };
 }
 
-/// Takes the helpers from `obj` (`{ makeHit, packRows, buildTouches }`) for this environment.
+/// Takes the helpers from `obj` (`{ makeHit, packRows, buildTouches, makeWaitReply }`) for this
+/// environment.
 pub fn install(env: &Env, obj: Js<'_>) -> Result<()> {
     let mut refs = Vec::with_capacity(NAMES.len());
     for (name, _) in NAMES {

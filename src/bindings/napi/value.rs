@@ -584,10 +584,20 @@ impl<'env> Js<'env> {
     /// known fields only, so that other properties (an AbortSignal, say) are never walked.
     /// Lists are cut as [`Js::to_value_capped`] cuts them.
     pub fn pick(self, what: &str, names: &[&str], max_items: usize) -> Result<JsonValue> {
+        let mut values = Vec::with_capacity(names.len());
+        for name in names {
+            values.push(self.get(name)?);
+        }
+        Js::picked(what, names, &values, max_items)
+    }
+
+    /// What [`Js::pick`] makes of an object whose properties `names` hold `values` (`None`
+    /// for absent or `undefined`), for a caller that read them in JavaScript.
+    pub fn picked(what: &str, names: &[&str], values: &[Option<Js<'env>>], max_items: usize) -> Result<JsonValue> {
         let mut budget = CopyBudget::capped(max_items);
         let mut obj = JsonObject::new();
-        for name in names {
-            if let Some(v) = self.get(name)? {
+        for (name, v) in names.iter().zip(values) {
+            if let Some(v) = v {
                 if let Some(v) = v.to_value_at(what, 1, &mut budget)? {
                     obj.insert((*name).into(), v);
                 }

@@ -654,4 +654,16 @@ mod tests {
             "wait.exact requires fine interest while runtime is in fine-key mode"
         );
     }
+
+    #[test]
+    fn the_js_wait_passes_the_fields_in_this_order() {
+        // lib/internal/engine-methods.js reads the request's fields and passes them to
+        // `_engineWait` positionally; the binding names them by WaitArgs::FIELDS.
+        let js = include_str!("../../../lib/internal/engine-methods.js");
+        let call = &js[js.find("return waitFields(").expect("the call")..];
+        let call = &call[..call.find(");").expect("its end")];
+        let read: Vec<&str> = call.split("request.").skip(1).map(|s| s.split(',').next().unwrap().trim()).collect();
+        let expected: Vec<&str> = ["stream", "signal"].into_iter().chain(WaitArgs::FIELDS.iter().copied()).collect();
+        assert_eq!(read, expected);
+    }
 }
