@@ -119,6 +119,17 @@ pub fn parse_inactivity_ttl(raw: &Value, path: &str) -> Result<Option<f64>> {
     }
 }
 
+/// Each item as a trimmed string, or `message` if one is not a string or trims to nothing.
+fn trimmed_strings(items: &[Value], message: &str) -> Result<Vec<String>> {
+    items
+        .iter()
+        .map(|v| match as_str(v) {
+            Some(s) if !trim_str(&s).is_empty() => Ok(trim_str(&s).to_string()),
+            _ => Err(bad(message)),
+        })
+        .collect()
+}
+
 impl WaitArgs {
     /// Every request field [`WaitArgs::parse`] reads (the binding copies only these).
     pub const FIELDS: &'static [&'static str] = &[
@@ -141,14 +152,7 @@ impl WaitArgs {
             Value::Undefined => Vec::new(),
             Value::Array(items) if items.len() > MAX_WAIT_KEYS => return Err(bad("wait.keys too large (max 1024)")),
             Value::Array(items) => {
-                let mut out = Vec::with_capacity(items.len());
-                for k in items {
-                    match as_str(k) {
-                        Some(s) if !trim_str(&s).is_empty() => out.push(trim_str(&s).to_string()),
-                        _ => return Err(bad("wait.keys must be a non-empty string array when provided")),
-                    }
-                }
-                dedupe(out)
+                dedupe(trimmed_strings(items, "wait.keys must be a non-empty string array when provided")?)
             }
             _ => return Err(bad("wait.keys must be a non-empty string array when provided")),
         };
@@ -193,16 +197,7 @@ impl WaitArgs {
             Value::Array(items) if items.len() > MAX_TEMPLATE_IDS_USED => {
                 return Err(bad("wait.templateIdsUsed too large (max 1024)"))
             }
-            Value::Array(items) => {
-                let mut out = Vec::with_capacity(items.len());
-                for t in items {
-                    match as_str(t) {
-                        Some(s) if !trim_str(&s).is_empty() => out.push(trim_str(&s).to_string()),
-                        _ => return Err(bad("wait.templateIdsUsed must be a string array")),
-                    }
-                }
-                dedupe(out)
-            }
+            Value::Array(items) => dedupe(trimmed_strings(items, "wait.templateIdsUsed must be a string array")?),
             _ => Vec::new(),
         };
         let interest = match as_str(get(body, "interestMode")).as_deref() {
@@ -656,7 +651,7 @@ mod tests {
     }
 
     #[test]
-    fn the_js_wait_passes_the_fields_in_this_order() {
+    fn the_js_wait_and_the_route_pass_the_fields_in_this_order() {
         // lib/internal/engine-methods.js reads the request's fields and passes them to
         // `_engineWait` positionally; the binding names them by WaitArgs::FIELDS.
         let js = include_str!("../../../lib/internal/engine-methods.js");
@@ -665,5 +660,12 @@ mod tests {
         let read: Vec<&str> = call.split("request.").skip(1).map(|s| s.split(',').next().unwrap().trim()).collect();
         let expected: Vec<&str> = ["stream", "signal"].into_iter().chain(WaitArgs::FIELDS.iter().copied()).collect();
         assert_eq!(read, expected);
+        // compat/routes.mjs copies these fields from the body, inherited ones included (an
+        // array body's `keys` is Array.prototype.keys, as the reference reads it).
+        let routes = include_str!("../../../compat/routes.mjs");
+        let list = &routes[routes.find("const WAIT_FIELDS = [").expect("the route's list")..];
+        let list = &list[..list.find("];").expect("its end")];
+        let named: Vec<&str> = list.split('"').skip(1).step_by(2).collect();
+        assert_eq!(named, WaitArgs::FIELDS);
     }
 }
