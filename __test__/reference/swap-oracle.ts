@@ -19,29 +19,12 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { input, output } from "./common.ts";
+import { rng } from "../support/random-cases.mjs";
 import { K, append, exit, ok, sleep, startServer, touchStream } from "./swap-server.ts";
 
 const { parseOffset } = await import(`${process.env.APP_SRC}/offset.ts`);
 const { seed = 1, writeMs = 20_000, chains: CHAINS = 50 } = input<{ seed?: number; writeMs?: number; chains?: number }>();
 
-/** mulberry32 */
-function rng(s: number) {
-  let a = s >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  return {
-    next,
-    below: (n: number) => Math.floor(next() * n),
-    chance: (p: number) => next() < p,
-    pick: <T>(xs: readonly T[]): T => xs[Math.floor(next() * xs.length)],
-    range: (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1)),
-  };
-}
 const R = rng(seed);
 
 const S = "o";
@@ -112,7 +95,7 @@ function value(field: string, messy: boolean): unknown {
   return R.pick(STATUSES);
 }
 function newRow(id: string): Row {
-  const row: Row = { id, title: `t${R.below(1000)}` };
+  const row: Row = { id, title: `t${R.int(1000)}` };
   for (const f of ["tenant", "owner", "status"]) {
     const v = value(f, R.chance(messyRate));
     if (v !== undefined) row[f] = v;
@@ -142,7 +125,7 @@ function change(): { record: unknown; before?: Row; after?: Row } {
   const after: Row = { ...before };
   for (let n = R.range(1, 2); n > 0; n--) {
     const f = R.pick(["tenant", "owner", "status", "title"]);
-    if (f === "title") after.title = `t${R.below(1000)}`;
+    if (f === "title") after.title = `t${R.int(1000)}`;
     else {
       const v = value(f, R.chance(messyRate));
       if (v === undefined) delete after[f];
@@ -173,7 +156,7 @@ async function appendBatch(n: number) {
 
 async function writer(until: number) {
   while (performance.now() < until) {
-    const phase = R.below(10);
+    const phase = R.int(10);
     messyRate = R.pick([0, 0, 0.02, 0.1]);
     noOldRate = R.pick([0, 0.3]);
     if (phase < 3) {
@@ -202,7 +185,7 @@ function randomSpec(): Spec {
   const t = R.pick(TEMPLATES);
   const probe = R.chance(0.5);
   const args = t.fields.map(([f]) => String(f === "tenant" ? R.pick(probe ? PROBE_TENANTS : TENANTS) : f === "owner" ? R.pick(probe ? PROBE_OWNERS : OWNERS) : R.pick(STATUSES)));
-  const kind = R.below(3);
+  const kind = R.int(3);
   const keys = kind === 0 ? [K.watchKeyFor(t.id, args)] : kind === 1 ? [K.membershipKeyFor(t.id, args)] : [K.watchKeyFor(t.id, args), K.membershipKeyFor(t.id, args)];
   return { keys, keyIds: R.chance(0.3), templates: R.chance(0.5) ? [t.id] : [] };
 }

@@ -14,6 +14,8 @@ export function rng(seed) {
     int: (n) => Math.floor(next() * n),
     pick: (xs) => xs[Math.floor(next() * xs.length)],
     chance: (p) => next() < p,
+    /** An integer in [lo, hi]. */
+    range: (lo, hi) => lo + Math.floor(next() * (hi - lo + 1)),
   };
   return r;
 }
