@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import { createRequire } from "node:module";
 import { test, dt, rejectsWithCode } from "./harness.mjs";
+import { rng } from "./support/random-cases.mjs";
 
 const { TouchJournal } = dt;
 // The private entry points the JS methods call: on the internal native module only.
@@ -20,10 +21,8 @@ test("the package exposes none of the private entry points", () => {
 });
 
 test("both runtimes take the JavaScript methods (installed at load)", () => {
-  for (const name of ["waitForAny", "touch"]) {
-    const source = String(TouchJournal.prototype[name]);
-    assert.match(source, /handleFor\(this\)/, `${name} is the installed JS method`);
-  }
+  assert.match(String(TouchJournal.prototype.waitForAny), /handleFor\(this\)/, "waitForAny is the installed JS method");
+  assert.match(String(TouchJournal.prototype.touch), /touchSlow\(this/, "touch is the installed JS method");
   // ... and the fast path: typed arrays over the journal's argument buffer.
   const j = new TouchJournal();
   j.touch(1);
@@ -89,6 +88,16 @@ test("a receiver that is not a TouchJournal throws; bad arguments reject with co
   for (const receiver of [undefined, null, {}, 7, new Map()]) {
     assert.throws(() => waitForAny.call(receiver, { keys: [1], timeoutMs: 10 }), Error, String(receiver));
   }
+  // touch() too, whether or not some journal is staging touches at the time.
+  const { touch } = TouchJournal.prototype;
+  const staging = new TouchJournal();
+  for (const stage of [false, true]) {
+    if (stage) staging.touch(1);
+    for (const receiver of [undefined, null, {}, 7, new Map()]) {
+      assert.throws(() => touch.call(receiver, 1), /TouchJournal/, `${String(receiver)}, staging: ${stage}`);
+    }
+  }
+  staging.stop();
   const j = new TouchJournal();
   for (const bad of [undefined, null, 5, "x", [1, 2], () => {}]) {
     await rejectsWithCode(j.waitForAny(bad), "ERR_INVALID_ARGUMENT");
@@ -255,24 +264,27 @@ test("staged touches reach the journal exactly as one native call per touch woul
   // touch() stages what it can in typed arrays and hands it over with touchMany; a second
   // journal takes every touch through the native entry point, one call each. After every step
   // both must answer the same: pending keys, overflow, the exact (routing-key) history, the
-  // bloom filter, the highest offset, and waiters.
-  const opts = { bucketMs: 60_000, filterPow2: 12, k: 3, pendingMaxKeys: 40, keyIndexMaxKeys: 8 };
-  let seed = 7;
-  const rnd = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32);
-  const staged = new TouchJournal(opts);
-  const native = new TouchJournal(opts);
-  const nativeTouch = (keyId, seq, rk) => internal._touch(internal._journalHandle(native), keyId, seq, rk);
+  // bloom filter, the highest offset, and waiters. Two such pairs take the touches in runs
+  // (the stage follows one journal at a time), and some steps cross a full stage (4,096).
+  // The second pair's bucket holds every key of a big step, so a touch lost shows in its count.
+  const opts = [40, 30_000].map((pendingMaxKeys) => ({ bucketMs: 60_000, filterPow2: 12, k: 3, pendingMaxKeys, keyIndexMaxKeys: 8 }));
+  const rnd = rng(1).next;
+  const pairs = opts.map((o) => {
+    const native = new TouchJournal(o);
+    const h = internal._journalHandle(native);
+    return { staged: new TouchJournal(o), native, nativeTouch: (keyId, seq, rk) => internal._touch(h, keyId, seq, rk) };
+  });
   const rkOf = (i) => i.toString(16).padStart(16, "0");
-  const arg = () => {
+  const arg = (plain, keys, bad) => {
     const r = rnd();
-    if (r < 0.5) return [Math.floor(rnd() * 60)];
-    if (r < 0.7) return [Math.floor(rnd() * 60), BigInt(Math.floor(rnd() * 1000))];
-    if (r < 0.85) return [Math.floor(rnd() * 60), rnd() < 0.5 ? null : BigInt(Math.floor(rnd() * 1000)), rkOf(Math.floor(rnd() * 50))];
+    if (r < plain) return [Math.floor(rnd() * keys)];
+    if (r < plain + (1 - plain) * (bad ? 0.4 : 0.6)) return [Math.floor(rnd() * 60), BigInt(Math.floor(rnd() * 1000))];
+    if (!bad || r < plain + (1 - plain) * 0.7) return [Math.floor(rnd() * 60), rnd() < 0.5 ? null : BigInt(Math.floor(rnd() * 1000)), rkOf(Math.floor(rnd() * 50))];
     // Inputs the stage does not take: trimmed or bad routing keys, odd key ids and offsets.
     return [
       [1.5, -1, 2 ** 32, "7", 1n, 3][Math.floor(rnd() * 6)],
-      [undefined, 2n ** 63n, -(2n ** 63n) - 1n, 5, 9n][Math.floor(rnd() * 5)],
-      [" 00000000000000aa", "zz", "00000000000000AB", 17, undefined][Math.floor(rnd() * 5)],
+      [undefined, 2n ** 63n, -(2n ** 63n) - 1n, 5, 9n, null][Math.floor(rnd() * 6)],
+      [" 00000000000000aa", "zz", "00000000000000AB", 17, undefined, null][Math.floor(rnd() * 6)],
     ];
   };
   const answer = (j) => {
@@ -287,34 +299,45 @@ test("staged touches reach the journal exactly as one native call per touch woul
       exact: Array.from({ length: 52 }, (_, i) => j.exactTouchedSinceAny([rkOf(i === 51 ? 0xaa : i === 50 ? 0xab : i)], Math.max(0, g - 1))),
     };
   };
-  for (let step = 0; step < 40; step++) {
-    const n = 1 + Math.floor(rnd() * 30);
+  for (let step = 0; step < 60; step++) {
+    const big = step % 5 === 2;
+    const n = big ? 4_200 + Math.floor(rnd() * 9_000) : 1 + Math.floor(rnd() * 30);
+    // Half the big steps are plain key ids only: their stages fill up through touch()'s
+    // shortest path; in the others a few offsets and routing keys go along.
+    const plain = big ? (step % 10 === 2 ? 1 : 0.9995) : 0.5;
     const watched = Math.floor(rnd() * 60);
-    const waits = [staged, native].map((j) => j.waitForAny({ keys: [watched], timeoutMs: 60_000 }));
+    const waits = pairs.flatMap(({ staged, native }) => [staged, native].map((j) => j.waitForAny({ keys: [watched], timeoutMs: 60_000 })));
+    let p = pairs[step & 1];
     for (let i = 0; i < n; i++) {
-      const a = arg();
+      if (rnd() < (big ? 0.0005 : 0.2)) p = pairs[Math.floor(rnd() * 2)];
+      const a = arg(plain, big ? 2 ** 20 : 60, !big);
       let se, ne;
       try {
-        staged.touch(...a);
+        p.staged.touch(...a);
       } catch (e) {
         se = e.code;
       }
       try {
-        nativeTouch(...a);
+        p.nativeTouch(...a);
       } catch (e) {
         ne = e.code;
       }
       assert.equal(se, ne, `touch(${a.map(String)}) throws alike`);
     }
-    assert.deepEqual(answer(staged), answer(native), `step ${step} before the flush`);
-    staged.flush();
-    native.flush();
-    assert.deepEqual(answer(staged), answer(native), `step ${step} after the flush`);
-    const [a, b] = await Promise.race([Promise.all(waits), new Promise((r) => setTimeout(() => r(["pending", "pending"]), 20))]);
-    assert.deepEqual(a?.keyId, b?.keyId);
+    for (const [k, { staged, native }] of pairs.entries()) {
+      assert.deepEqual(answer(staged), answer(native), `step ${step}, pair ${k}, before the flush`);
+      staged.flush();
+      native.flush();
+      assert.deepEqual(answer(staged), answer(native), `step ${step}, pair ${k}, after the flush`);
+    }
+    const hits = await Promise.race([Promise.all(waits), new Promise((r) => setTimeout(() => r(waits.map(() => "pending")), 20))]);
+    assert.deepEqual(hits[0]?.keyId, hits[1]?.keyId);
+    assert.deepEqual(hits[2]?.keyId, hits[3]?.keyId);
   }
-  staged.stop();
-  native.stop();
+  for (const { staged, native } of pairs) {
+    staged.stop();
+    native.stop();
+  }
 });
 
 test("staged touches reach the journal by the end of the job, so its bucket flushes on time", async () => {

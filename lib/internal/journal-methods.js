@@ -130,10 +130,34 @@ function installJournalMethods(binding) {
     const r = journal === null || journal === undefined ? undefined : journal[slot];
     if (r !== undefined && r.stage !== null && r.stage.n !== 0) drain(journal, r.stage);
   }
+  /** Drains the stage at the end of the current job (a function of its own, so that `touch`
+   * captures nothing and allocates no context per call). */
+  function drainLater(journal, st) {
+    st.queued = true;
+    queueMicrotask(() => {
+      st.queued = false;
+      drain(journal, st);
+    });
+  }
   Object.defineProperty(proto, "touch", method(/** @this {any} */ function touch(keyId, sourceOffsetSeq, routingKey) {
+    // The common case, small enough for V8 to inline into the caller's loop: a plain key id
+    // on the journal already staging plain ones, with room left in its stage.
+    const st = stagingStage;
+    if (this === stagingJournal && st !== null && sourceOffsetSeq === undefined && routingKey === undefined && !st.offsets && !st.routing && typeof keyId === "number" && keyId >>> 0 === keyId) {
+      const i = st.n;
+      if (i < STAGE_TOUCHES - 1) {
+        st.keys[i] = keyId;
+        st.n = i + 1;
+        return;
+      }
+    }
+    touchSlow(this, keyId, sourceOffsetSeq, routingKey);
+  }));
+  /** `touch` in general: a new stage, offsets and routing keys, a full stage, or no staging. */
+  function touchSlow(journal, keyId, sourceOffsetSeq, routingKey) {
     let st = stagingStage;
-    if (this !== stagingJournal) {
-      const r = handleFor(this);
+    if (journal !== stagingJournal || st === null) {
+      const r = handleFor(journal);
       st = r.stage;
       if (st === null || st === undefined) {
         if (!r.staged) {
@@ -176,24 +200,19 @@ function installJournalMethods(binding) {
       }
       st.n = i + 1;
       if (st.n === STAGE_TOUCHES) {
-        drain(this, st);
+        drain(journal, st);
       } else {
-        stagingJournal = this;
-        stagingStage = st;
-        if (!st.queued) {
-          st.queued = true;
-          const journal = this;
-          queueMicrotask(() => {
-            st.queued = false;
-            drain(journal, st);
-          });
+        if (journal !== stagingJournal) {
+          stagingJournal = journal;
+          stagingStage = st;
         }
+        if (!st.queued) drainLater(journal, st);
       }
       return;
     }
-    drain(this, st);
-    touchFast(handleFor(this).h, keyId, sourceOffsetSeq, routingKey);
-  }));
+    drain(journal, st);
+    touchFast(handleFor(journal).h, keyId, sourceOffsetSeq, routingKey);
+  }
   // Every other method sees the staged touches first.
   for (const name of Object.getOwnPropertyNames(proto)) {
     const d = Object.getOwnPropertyDescriptor(proto, name);

@@ -700,6 +700,10 @@ impl TouchJournal {
                     Some(bytes)
                 }
             };
+            if seqs.is_none() && rks.is_none() && rks_raw.is_none() {
+                self.journal.touch_keys(keys);
+                return Ok(());
+            }
             self.journal.touch_many((0..n).map(|i| Touch {
                 key_id: keys[i],
                 source_offset: seqs.map(|s| s[i]),

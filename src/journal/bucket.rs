@@ -78,6 +78,22 @@ impl PendingBucket {
         }
     }
 
+    /// `touch(key, None, None, now_ms)` for each key in order, in one pass: once the bucket
+    /// overflows the rest of the keys would be dropped one by one, so they are not looked at.
+    pub fn touch_keys(&mut self, keys: &[u32], now_ms: i64) {
+        let Some(&first) = keys.first() else { return };
+        self.touch(first, None, None, now_ms);
+        for &key in &keys[1..] {
+            if self.order.len() >= self.max_keys {
+                self.set_overflow();
+                return;
+            }
+            if self.keys.insert(key) {
+                self.order.push(key);
+            }
+        }
+    }
+
     fn set_overflow(&mut self) {
         if !self.overflow {
             self.overflow = true;
@@ -169,6 +185,38 @@ mod tests {
         assert!(f.exact.is_empty(), "an overflowed bucket keeps no exact keys (B15)");
         assert_eq!(f.max_source_offset, 4);
         assert_eq!(f.start_ms, 5);
+    }
+
+    #[test]
+    fn touch_keys_is_one_touch_per_key() {
+        let mut rng = 0x9e37_79b9_u32;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 17;
+            rng ^= rng << 5;
+            rng
+        };
+        for max_keys in [0, 1, 3, 50, 1000] {
+            for len in [0, 1, 2, 7, 60, 400, 3000] {
+                let keys: Vec<u32> = (0..len).map(|_| next() % 90).collect();
+                let (mut one, mut many) = (PendingBucket::new(max_keys), PendingBucket::new(max_keys));
+                // Start from a bucket that already holds something half the time.
+                if len % 2 == 1 {
+                    one.touch(5, Some(9), None, 1);
+                    many.touch(5, Some(9), None, 1);
+                }
+                for &k in &keys {
+                    one.touch(k, None, None, 77);
+                }
+                many.touch_keys(&keys, 77);
+                assert_eq!(one.is_overflow(), many.is_overflow(), "{max_keys} {len}");
+                let (a, b) = (one.take(), many.take());
+                assert_eq!(
+                    (a.keys, a.overflow, a.start_ms, a.max_source_offset),
+                    (b.keys, b.overflow, b.start_ms, b.max_source_offset)
+                );
+            }
+        }
     }
 
     #[test]

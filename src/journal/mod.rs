@@ -259,6 +259,16 @@ impl<W: Waker> Journal<W> {
         }
     }
 
+    /// [`Journal::touch_many`] of key ids alone (no offsets, no routing keys).
+    pub fn touch_keys(&self, keys: &[u32]) {
+        let now = wall_ms();
+        let mut core = self.inner.core.lock();
+        core.state.touch_keys(keys, now);
+        if core.flush_timer.is_none() {
+            self.inner.sync_timers(&mut core);
+        }
+    }
+
     /// J7.
     pub fn set_coalesce_ms(&self, ms: f64) {
         self.inner.core.lock().state.set_coalesce_ms(ms);

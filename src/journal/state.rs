@@ -162,6 +162,15 @@ impl<W: Waker> JournalState<W> {
         self.bucket.touch(key_id, source_offset, routing_key, now_ms);
     }
 
+    /// [`JournalState::touch`] for each key id, without offsets or routing keys.
+    pub fn touch_keys(&mut self, keys: &[u32], now_ms: i64) {
+        if keys.is_empty() {
+            return;
+        }
+        self.bloom.ensure_allocated();
+        self.bucket.touch_keys(keys, now_ms);
+    }
+
     /// J7: clamped to [1, bucketMs]; an armed flush timer keeps its delay.
     pub fn set_coalesce_ms(&mut self, ms: f64) {
         let floored = ms.floor();
