@@ -121,13 +121,71 @@ test("a frozen signal is refused with a coded error; a signal shared by the engi
   engine.setTouchConfig("s", { enabled: true });
   const ac = new AbortController();
   const e = engine.wait({ stream: "s", cursor: "now", keyIds: [1], interestMode: "coarse", timeoutMs: 60_000, signal: ac.signal });
+  const e2 = engine.wait({ stream: "s", cursor: "now", keyIds: [2], interestMode: "coarse", timeoutMs: 60_000, signal: ac.signal });
   const w = j.waitForAny({ keys: [1], timeoutMs: 60_000, signal: ac.signal });
-  if (!isBun) assert.equal(listeners(ac.signal), 1, "one listener serves both");
+  // The engine's waits listen from JavaScript (lib/internal/engine-methods.js), the journal's
+  // natively: one listener each, however many waits.
+  if (!isBun) assert.equal(listeners(ac.signal), 2, "one listener for the engine's waits, one for the journal's");
   await sleep(10);
   ac.abort();
   assert.equal(await w, null);
   await assert.rejects(e, (err) => err.code === "ERR_ABORTED");
+  await assert.rejects(e2, (err) => err.code === "ERR_ABORTED");
   if (!isBun) assert.equal(listeners(ac.signal), 0);
   await engine.close();
   await store.close();
+});
+
+async function openEngine() {
+  const store = dt.Store.open(":memory:");
+  await store.createStream("s", { contentType: "application/json" });
+  const engine = new dt.TouchEngine(store);
+  engine.setTouchConfig("s", { enabled: true });
+  return { store, engine, close: async () => (await engine.close(), await store.close()) };
+}
+const coarse = (signal, timeoutMs = 60_000, keyIds = [1]) => ({ stream: "s", cursor: "now", keyIds, interestMode: "coarse", timeoutMs, signal });
+
+test("engine waits: one listener per signal, gone once the last wait settles; an abort rejects the rest", async () => {
+  const { engine, close } = await openEngine();
+  const shared = new AbortController();
+  for (let round = 0; round < 3; round++) {
+    const ps = Array.from({ length: 200 }, (_, i) => engine.wait(coarse(shared.signal, 30, [i])));
+    if (!isBun) assert.equal(listeners(shared.signal), 1, "one listener, not one per wait");
+    for (const r of await Promise.all(ps)) assert.equal(r.touched, false);
+    if (!isBun) assert.equal(listeners(shared.signal), 0, "removed with the last wait");
+  }
+  const early = engine.wait(coarse(shared.signal, 20));
+  const late = Array.from({ length: 50 }, (_, i) => engine.wait(coarse(shared.signal, 60_000, [i])));
+  assert.equal((await early).touched, false);
+  await sleep(5);
+  shared.abort();
+  for (const p of late) await assert.rejects(p, (e) => e.code === "ERR_ABORTED");
+  if (!isBun) assert.equal(listeners(shared.signal), 0);
+  // Aborting after a wait settled changes nothing.
+  const ac = new AbortController();
+  const done = await engine.wait(coarse(ac.signal, 10));
+  ac.abort();
+  assert.equal(done.touched, false);
+  await close();
+});
+
+test("engine waits: aborted and look-alike signals, and a bad request with a live one", async () => {
+  const { engine, close } = await openEngine();
+  await assert.rejects(engine.wait(coarse(AbortSignal.abort())), (e) => e.code === "ERR_ABORTED");
+  for (const signal of [{}, 5, { aborted: false }, { aborted: 1, addEventListener() {} }]) {
+    await assert.rejects(engine.wait(coarse(signal)), (e) => e.code === "ERR_INVALID_ARGUMENT", String(signal));
+  }
+  // A look-alike takes the native path: its listener aborts the wait.
+  const added = [];
+  const like = { aborted: false, addEventListener: (type, fn) => added.push(fn), removeEventListener() {} };
+  const p = engine.wait(coarse(like));
+  assert.equal(added.length, 1);
+  like.aborted = true;
+  added[0].call(like, { type: "abort", target: like });
+  await assert.rejects(p, (e) => e.code === "ERR_ABORTED");
+  // A bad request with a live signal rejects and leaves no listener behind.
+  const bad = new AbortController();
+  await assert.rejects(engine.wait({ ...coarse(bad.signal), timeoutMs: "soon" }), (e) => e.code === "ERR_INVALID_ARGUMENT");
+  if (!isBun) assert.equal(listeners(bad.signal), 0);
+  await close();
 });

@@ -1,7 +1,11 @@
 //! `TouchEngine`: the JS class over [`crate::engine::TouchEngine`]. Conversion only.
 
+use std::sync::Arc;
+
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
+use parking_lot::Mutex;
+use rustc_hash::FxHashMap;
 
 use super::napi::abort;
 use super::napi::helpers::{self, Helper};
@@ -12,7 +16,8 @@ use super::processor::{parse_output, parse_request, settle};
 use super::store::Store;
 use crate::engine::templates::{ActivateOutcome, TemplateLimits};
 use crate::engine::wait::{
-    parse_inactivity_ttl, parse_template_decls, WaitArgs, WaitKind, WaitReply, MAX_DECLARED_TEMPLATES, MAX_WAIT_LIST,
+    parse_inactivity_ttl, parse_template_decls, WaitArgs, WaitControl, WaitKind, WaitReply, MAX_DECLARED_TEMPLATES,
+    MAX_WAIT_LIST,
 };
 use crate::engine::{
     EngineOptions, EngineStatsView, MemoryView, RuntimeView, TopStream, TouchEngine as CoreEngine, TouchMetaView,
@@ -295,6 +300,9 @@ pub struct EngineStats {
 pub struct TouchEngine {
     engine: CoreEngine,
     port: Port,
+    /// The waits `lib/internal/engine-methods.js` listens to an AbortSignal for, by the cancel
+    /// id it gave them (see `_engineCancel`); each leaves when it settles.
+    cancels: Arc<Mutex<FxHashMap<u64, Arc<WaitControl>>>>,
 }
 
 fn opt_num(o: &Js, key: &str) -> crate::Result<Option<f64>> {
@@ -603,6 +611,7 @@ pub fn engine_wait_fields<'env>(
     interest_mode: Unknown,
     declare_templates: Unknown,
     inactivity_ttl_ms: Unknown,
+    cancel_id: Unknown,
 ) -> napi::Result<Unknown<'env>> {
     let this = class_instance::<TouchEngine>(Js::new(env, engine.raw()))
         .ok_or_else(|| throw(env, Error::invalid("this must be a TouchEngine")))?;
@@ -610,6 +619,7 @@ pub fn engine_wait_fields<'env>(
         let v = Js::new(env, v.raw());
         (v.type_of() != napi::sys::ValueType::napi_undefined).then_some(v)
     };
+    let cancel_id = present(&cancel_id).map(|v| v.safe_integer("cancelId")).transpose().map_err(|e| throw(env, e))?;
     let parsed = (|| -> crate::Result<(String, WaitArgs, Option<Js>)> {
         let (stream, signal) = wait_stream_and_signal(present(&stream), present(&signal))?;
         let fields = [
@@ -627,7 +637,21 @@ pub fn engine_wait_fields<'env>(
         let body = Js::picked("request", WaitArgs::FIELDS, &fields, MAX_WAIT_LIST)?;
         Ok((stream, WaitArgs::parse(&body)?, signal))
     })();
-    this.wait_parsed(env, parsed)
+    this.wait_parsed(env, parsed, cancel_id.map(|id| id as u64))
+}
+
+/// Aborts the wait `lib/internal/engine-methods.js` registered under `id` (its AbortSignal
+/// fired). A wait that already settled is no longer registered: nothing happens.
+#[napi(js_name = "_engineCancel", skip_typescript)]
+pub fn engine_cancel(env: &Env, engine: Unknown, id: Unknown) -> napi::Result<()> {
+    let this = class_instance::<TouchEngine>(Js::new(env, engine.raw()))
+        .ok_or_else(|| throw(env, Error::invalid("this must be a TouchEngine")))?;
+    let id = Js::new(env, id.raw()).safe_integer("id").map_err(|e| throw(env, e))?;
+    let control = this.cancels.lock().remove(&(id as u64));
+    if let Some(control) = control {
+        control.abort();
+    }
+    Ok(())
 }
 
 #[napi]
@@ -640,7 +664,7 @@ impl TouchEngine {
         let instance = class_instance::<Store>(Js::new(env, store.raw()))
             .ok_or_else(|| throw(env, Error::invalid("store must be a Store")))?;
         let engine = CoreEngine::open(instance.store.clone(), opts).map_err(|e| throw(env, e))?;
-        Ok(TouchEngine { engine, port: Port::new(env)? })
+        Ok(TouchEngine { engine, port: Port::new(env)?, cancels: Default::default() })
     }
 
     /// Validates a touch config like the reference (as `profile.touch`), saves it as the
@@ -769,13 +793,16 @@ impl TouchEngine {
             let body = r.pick("request", WaitArgs::FIELDS, MAX_WAIT_LIST)?;
             Ok((stream, WaitArgs::parse(&body)?, signal))
         })();
-        self.wait_parsed(env, parsed)
+        self.wait_parsed(env, parsed, None)
     }
 
+    /// Starts a parsed wait: it listens to `signal` through N-API, or, given a `cancel_id`,
+    /// is registered for `_engineCancel` until it settles.
     fn wait_parsed<'env>(
         &self,
         env: &'env Env,
         parsed: crate::Result<(String, WaitArgs, Option<Js>)>,
+        cancel_id: Option<u64>,
     ) -> napi::Result<Unknown<'env>> {
         let engine = self.engine.clone();
         let (ticket, promise) = match parsed {
@@ -786,20 +813,29 @@ impl TouchEngine {
             Err(e) => (None, Port::rejected(env, &e)?),
         };
         if let Some(((stream, args, signal), ticket)) = ticket {
-            let hook: std::sync::Arc<parking_lot::Mutex<Option<abort::AbortHook>>> = Default::default();
+            let hook: Arc<Mutex<Option<abort::AbortHook>>> = Default::default();
             let hook_for_reply = hook.clone();
+            let cancels = cancel_id.map(|_| self.cancels.clone());
             let control = engine.wait(
                 &stream,
                 args,
                 Box::new(move |r| {
+                    // The outcome runs on the JS thread at a later drain, never inside this
+                    // call: the wait is in `cancels` (below) before it leaves it here.
                     ticket.settle(Box::new(move |env| {
                         if let Some(h) = hook_for_reply.lock().take() {
                             h.release(env);
+                        }
+                        if let (Some(cancels), Some(id)) = (cancels, cancel_id) {
+                            cancels.lock().remove(&id);
                         }
                         wait_reply_js(env, r?)
                     }))
                 }),
             );
+            if let Some(id) = cancel_id {
+                self.cancels.lock().insert(id, control.clone());
+            }
             if let Some(signal) = signal {
                 let ctl = control.clone();
                 match abort::listen(env, &signal, Box::new(move |_: &Env| ctl.abort())) {

@@ -241,13 +241,13 @@ fn parse_append(store: &CoreStore, stream: Js, payloads: Js, options: Option<Js>
     store.precheck_append(&stream, n as usize, routing_len.map(|k| k as usize))?;
     let mut req = AppendRequest { stream, payloads: Vec::with_capacity(n as usize), ..Default::default() };
     for i in 0..n {
-        req.payloads.push(payloads.element(i)?.bytes(&format!("payloads[{i}]"))?);
+        req.payloads.push(payloads.element(i)?.bytes_of(|| format!("payloads[{i}]"))?);
     }
     if let Some(v) = routing_keys {
         let keys = v.elements("options.routingKeys")?;
         let mut out = Vec::with_capacity(keys.len());
         for (i, k) in keys.iter().enumerate() {
-            out.push(if k.is_nullish() { None } else { Some(k.bytes(&format!("options.routingKeys[{i}]"))?) });
+            out.push(if k.is_nullish() { None } else { Some(k.bytes_of(|| format!("options.routingKeys[{i}]"))?) });
         }
         req.routing_keys = Some(out);
     }

@@ -419,13 +419,19 @@ impl<'env> Js<'env> {
 
     /// A `Buffer`/`Uint8Array` (copied) or a string (as UTF-8).
     pub fn bytes(&self, what: &str) -> Result<Vec<u8>> {
+        self.bytes_of(|| what.to_owned())
+    }
+
+    /// [`Js::bytes`] with the value's name made only when a conversion fails (one element of
+    /// many, such as `payloads[i]`, costs no string).
+    pub fn bytes_of(&self, what: impl Fn() -> String) -> Result<Vec<u8>> {
         if let Some(b) = self.byte_slice() {
             return Ok(b.to_vec());
         }
         if self.type_of() == sys::ValueType::napi_string {
-            return Ok(self.string(what)?.into_bytes());
+            return Ok(self.string(&what())?.into_bytes());
         }
-        Err(Error::invalid(format!("{what} must be a Buffer, a Uint8Array or a string")))
+        Err(Error::invalid(format!("{} must be a Buffer, a Uint8Array or a string", what())))
     }
 
     /// The string as WTF-8 bytes: exact, lone surrogates included.

@@ -654,12 +654,17 @@ mod tests {
     fn the_js_wait_and_the_route_pass_the_fields_in_this_order() {
         // lib/internal/engine-methods.js reads the request's fields and passes them to
         // `_engineWait` positionally; the binding names them by WaitArgs::FIELDS.
+        // `stream` and `signal` are read first, into locals the call passes on.
         let js = include_str!("../../../lib/internal/engine-methods.js");
-        let call = &js[js.find("return waitFields(").expect("the call")..];
+        let body = &js[js.find("function wait(request)").expect("the method")..];
+        let call_at = body.find("waitFields(").expect("the call");
+        let call = &body[call_at..];
         let call = &call[..call.find(");").expect("its end")];
-        let read: Vec<&str> = call.split("request.").skip(1).map(|s| s.split(',').next().unwrap().trim()).collect();
-        let expected: Vec<&str> = ["stream", "signal"].into_iter().chain(WaitArgs::FIELDS.iter().copied()).collect();
-        assert_eq!(read, expected);
+        let fields = |s: &str| -> Vec<String> {
+            s.split("request.").skip(1).map(|s| s.split([',', ';']).next().unwrap().trim().to_string()).collect()
+        };
+        assert_eq!(fields(&body[..call_at]), ["stream", "signal"]);
+        assert_eq!(fields(call), WaitArgs::FIELDS);
         // compat/routes.mjs copies these fields from the body, inherited ones included (an
         // array body's `keys` is Array.prototype.keys, as the reference reads it).
         let routes = include_str!("../../../compat/routes.mjs");
