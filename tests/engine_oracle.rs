@@ -613,7 +613,7 @@ fn run_seed(seed: u64, target_waits: u64) {
     // The late template's activation: its `active_from_source_offset`, and a cursor taken
     // before it (what that cursor covers, and the cursor), as a client that declares
     // templates with its wait holds one.
-    let (late_tx, late_rx) = mpsc::channel::<(i64, i64, String)>();
+    let (late_tx, late_rx) = mpsc::channel::<(i64, i64, String, i64)>();
     let done_waits = Arc::new(AtomicU64::new(0));
     let stop_writing = Arc::new(AtomicBool::new(false));
 
@@ -650,6 +650,14 @@ fn run_seed(seed: u64, target_waits: u64) {
                         let first = append(&store, batch.iter().map(|b| b.0.clone()).collect()).unwrap();
                         truth.record(first, batch);
                         let (out, _) = engine.activate_templates(STREAM, &[decl], None).unwrap();
+                        // What was flushed when the activation returned: flushes up to here came
+                        // before the template existed and cannot have announced its keys.
+                        let probe = WaitArgs::parse(&parse(r#"{"cursor":"now","keyIds":[1],"timeoutMs":0}"#).unwrap());
+                        let flushed = blocking(|r| {
+                            engine.wait(STREAM, probe.unwrap(), r);
+                        })
+                        .unwrap()
+                        .cursor_through;
                         let id = out.activated[0].template_id.clone();
                         let from: i64 = blocking(|r| {
                             store.query(
@@ -664,7 +672,7 @@ fn run_seed(seed: u64, target_waits: u64) {
                             )
                         })
                         .unwrap();
-                        tx.send((from, before.cursor_through, before.cursor)).unwrap();
+                        tx.send((from, before.cursor_through, before.cursor, flushed)).unwrap();
                         // Quiet, so that a later change does not wake a chain the burst's
                         // changes should have woken.
                         std::thread::sleep(Duration::from_millis(300));
@@ -752,6 +760,7 @@ fn run_seed(seed: u64, target_waits: u64) {
     let mut retry: Vec<(Instant, usize)> = Vec::new();
     let mut outstanding = CHAINS;
     let mut late_since = None;
+    let mut flushed_at_activation = i64::MAX;
     let mut draining_since: Option<Instant> = None;
     let started = Instant::now();
     while outstanding > 0 || !retry.is_empty() {
@@ -762,9 +771,10 @@ fn run_seed(seed: u64, target_waits: u64) {
         // After the writer stops, chains keep waiting for 400 ms so the last changes are
         // flushed and seen, then no new wait starts.
         let issuing = draining_since.is_none_or(|t| now.duration_since(t) < Duration::from_millis(400));
-        if let Ok((since, covered, cursor)) = late_rx.try_recv() {
+        if let Ok((since, covered, cursor, flushed)) = late_rx.try_recv() {
             // The late template is active: its chains start from the cursor taken before.
             late_since = Some(since);
+            flushed_at_activation = flushed;
             for c in CHAINS..chains.len() {
                 (from[c], cursors[c]) = (covered, cursor.clone());
                 issue(c, &cursors[c], wrng.range(10, 150));
@@ -841,11 +851,14 @@ fn run_seed(seed: u64, target_waits: u64) {
             tally.touched += 1;
             tally.touched_with_cause += u64::from(cause.is_some());
             // A parked wait is woken by the first flush that holds a change concerning it:
-            // no flush boundary may lie between that change and the waking bucket's.
+            // no flush boundary may lie between that change and the waking bucket's. For the
+            // late template, the first flush that can announce a change is one after its
+            // activation returned.
             let hit = l.reply.bucket_max_source_offset_seq;
             if let (true, Some(c)) = (l.reply.parked, truth.concerning(spec, l.from, hit)) {
                 tally.late_wakes_checked += 1;
-                let i = boundaries.partition_point(|&b| b < c);
+                let first = if l.chain >= CHAINS { c.max(flushed_at_activation.saturating_add(1)) } else { c };
+                let i = boundaries.partition_point(|&b| b < first);
                 if boundaries.get(i).is_some_and(|&b| b < hit) {
                     late.push((l, c, boundaries[i]));
                 }

@@ -389,8 +389,10 @@ impl TouchEngine {
     /// A batch that read the stream's templates before an activation committed, but processes
     /// rows from the new templates' `active_from_source_offset`, emits none of their keys; a
     /// client that took its cursor before those touches were flushed would miss its changes.
-    /// Such rows get the new templates' keys and the catch-all instead: now, if a batch
-    /// already moved the checkpoint past them, or when the running batch ends.
+    /// Such rows get the new templates' keys and the catch-all instead: the rows processed
+    /// already (the checkpoint in memory runs ahead of the stored one `active_from` comes
+    /// from) now, before the activation returns; those of a running batch with that batch's
+    /// own touches, or when it ends (`late_templates`).
     fn cover_activation(&self, stream: &str, out: &ActivateOutcome, active_from: i64) {
         let keys: Vec<u32> = out
             .activated
@@ -406,7 +408,6 @@ impl TouchEngine {
             let Some(rt) = st.streams.get_mut(stream) else { return };
             if rt.busy {
                 rt.late_templates.extend(keys.iter().map(|&k| (k, active_from)));
-                return;
             }
             match (rt.processed_through, &rt.journal) {
                 (Some(p), Some(j)) if p >= active_from => (j.clone(), p),
@@ -458,8 +459,13 @@ impl Inner {
 /// The template keys of templates activated during a batch, and the catch-all, at the
 /// checkpoint the batch reached (see `TouchEngine::cover_activation`).
 pub(crate) fn touch_late_templates(journal: &Journal, keys: &[u32], through: i64) {
-    let touch = |key_id| crate::journal::Touch { key_id, source_offset: Some(through), routing_key: None };
-    journal.touch_many(keys.iter().copied().chain([catch_all_key_id()]).map(touch));
+    journal.touch_many(late_template_touches(keys, through));
+}
+
+/// The touches of [`touch_late_templates`]: each key and the catch-all at `through`.
+pub(crate) fn late_template_touches(keys: &[u32], through: i64) -> impl Iterator<Item = crate::journal::Touch> + '_ {
+    let touch = move |key_id| crate::journal::Touch { key_id, source_offset: Some(through), routing_key: None };
+    keys.iter().copied().chain((!keys.is_empty()).then(catch_all_key_id)).map(touch)
 }
 
 impl TouchEngine {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::engine::policy::{adaptive_coalesce_ms, FineTokens};
 use crate::engine::runtime::hot_limits;
 use crate::engine::wait::{catch_all_key_id, TouchMode};
-use crate::engine::{profile, templates, touch_late_templates, Inner};
+use crate::engine::{late_template_touches, profile, templates, touch_late_templates, Inner};
 use crate::error::{Error, Result};
 use crate::journal::{wall_ms, Touch as JournalTouch};
 use crate::processor::source::{read_active_templates, read_batch_rows};
@@ -410,7 +410,28 @@ impl Inner {
             }
             compensation += reset_touches.len() as f64;
         }
-        journal.touch_many(touches.into_iter().chain(catch_all).chain(reset_touches));
+        // Templates activated while this batch ran (it read the templates before): their keys
+        // go with the batch's own touches, into the same flush (`TouchEngine::cover_activation`).
+        let late: Vec<u32> = {
+            let mut st = self.state.lock();
+            match st.streams.get_mut(name) {
+                Some(rt) if !rt.late_templates.is_empty() => {
+                    let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut rt.late_templates)
+                        .into_iter()
+                        .partition(|&(_, from)| processed_through >= from);
+                    rt.late_templates = later;
+                    now.into_iter().map(|(k, _)| k).collect()
+                }
+                _ => Vec::new(),
+            }
+        };
+        journal.touch_many(
+            touches
+                .into_iter()
+                .chain(catch_all)
+                .chain(reset_touches)
+                .chain(late_template_touches(&late, processed_through)),
+        );
 
         // Totals (M15), mode, checkpoint.
         {

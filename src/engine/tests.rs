@@ -158,6 +158,16 @@ fn an_activation_during_a_batch_touches_the_new_template_key_after_it() {
     let g1 = generation();
     let (b, _) = engine.activate_templates("s", &[decl("tenant")], None).unwrap();
     assert!(touched_since(g1, tkey(&b)));
+
+    // A batch running, after another processed covered rows with the old templates (the
+    // checkpoint in memory runs ahead of the stored one the activation reads): those rows at
+    // once, before the activation returns; the running batch's with its own touches.
+    let g2 = generation();
+    engine.inner.state.lock().streams.get_mut("s").unwrap().busy = true;
+    let (d, _) = engine.activate_templates("s", &[decl("rank")], None).unwrap();
+    assert!(touched_since(g2, tkey(&d)), "before the activation returned");
+    assert_eq!(engine.inner.state.lock().streams["s"].late_templates, [(tkey(&d), 0)]);
+    engine.inner.end_batch("s");
     blocking(|r| engine.close(r)).unwrap();
 }
 
