@@ -109,8 +109,11 @@ function installJournalMethods(binding) {
   let stagingJournal = null;
   /** @type {any} */
   let stagingStage = null;
+  /** The staging stage's keys while it holds plain key ids only, else null. */
+  /** @type {Uint32Array | null} */
+  let plainKeys = null;
   function drain(journal, st) {
-    if (journal === stagingJournal) stagingJournal = stagingStage = null;
+    if (journal === stagingJournal) stagingJournal = stagingStage = plainKeys = null;
     const n = st.n;
     if (n === 0) return;
     st.n = 0;
@@ -142,11 +145,11 @@ function installJournalMethods(binding) {
   Object.defineProperty(proto, "touch", method(/** @this {any} */ function touch(keyId, sourceOffsetSeq, routingKey) {
     // The common case, small enough for V8 to inline into the caller's loop: a plain key id
     // on the journal already staging plain ones, with room left in its stage.
-    const st = stagingStage;
-    if (this === stagingJournal && st !== null && sourceOffsetSeq === undefined && routingKey === undefined && !st.offsets && !st.routing && typeof keyId === "number" && keyId >>> 0 === keyId) {
+    if (this === stagingJournal && plainKeys !== null && sourceOffsetSeq === undefined && routingKey === undefined && typeof keyId === "number" && keyId >>> 0 === keyId) {
+      const st = stagingStage;
       const i = st.n;
       if (i < STAGE_TOUCHES - 1) {
-        st.keys[i] = keyId;
+        plainKeys[i] = keyId;
         st.n = i + 1;
         return;
       }
@@ -206,6 +209,7 @@ function installJournalMethods(binding) {
           stagingJournal = journal;
           stagingStage = st;
         }
+        plainKeys = st.offsets || st.routing ? null : st.keys;
         if (!st.queued) drainLater(journal, st);
       }
       return;
