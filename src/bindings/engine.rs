@@ -613,8 +613,7 @@ pub fn engine_wait_fields<'env>(
     inactivity_ttl_ms: Unknown,
     cancel_id: Unknown,
 ) -> napi::Result<Unknown<'env>> {
-    let this = class_instance::<TouchEngine>(Js::new(env, engine.raw()))
-        .ok_or_else(|| throw(env, Error::invalid("this must be a TouchEngine")))?;
+    let this = engine_of(env, &engine)?;
     let present = |v: &Unknown| {
         let v = Js::new(env, v.raw());
         (v.type_of() != napi::sys::ValueType::napi_undefined).then_some(v)
@@ -640,12 +639,17 @@ pub fn engine_wait_fields<'env>(
     this.wait_parsed(env, parsed, cancel_id.map(|id| id as u64))
 }
 
+/// The `TouchEngine` the JS halves pass as their first argument.
+fn engine_of<'env>(env: &'env Env, engine: &Unknown) -> napi::Result<ClassInstance<'env, TouchEngine>> {
+    class_instance::<TouchEngine>(Js::new(env, engine.raw()))
+        .ok_or_else(|| throw(env, Error::invalid("this must be a TouchEngine")))
+}
+
 /// Aborts the wait `lib/internal/engine-methods.js` registered under `id` (its AbortSignal
 /// fired). A wait that already settled is no longer registered: nothing happens.
 #[napi(js_name = "_engineCancel", skip_typescript)]
 pub fn engine_cancel(env: &Env, engine: Unknown, id: Unknown) -> napi::Result<()> {
-    let this = class_instance::<TouchEngine>(Js::new(env, engine.raw()))
-        .ok_or_else(|| throw(env, Error::invalid("this must be a TouchEngine")))?;
+    let this = engine_of(env, &engine)?;
     let id = Js::new(env, id.raw()).safe_integer("id").map_err(|e| throw(env, e))?;
     let control = this.cancels.lock().remove(&(id as u64));
     if let Some(control) = control {
@@ -815,7 +819,7 @@ impl TouchEngine {
         if let Some(((stream, args, signal), ticket)) = ticket {
             let hook: Arc<Mutex<Option<abort::AbortHook>>> = Default::default();
             let hook_for_reply = hook.clone();
-            let cancels = cancel_id.map(|_| self.cancels.clone());
+            let cancel = cancel_id.map(|id| (self.cancels.clone(), id));
             let control = engine.wait(
                 &stream,
                 args,
@@ -826,7 +830,7 @@ impl TouchEngine {
                         if let Some(h) = hook_for_reply.lock().take() {
                             h.release(env);
                         }
-                        if let (Some(cancels), Some(id)) = (cancels, cancel_id) {
+                        if let Some((cancels, id)) = cancel {
                             cancels.lock().remove(&id);
                         }
                         wait_reply_js(env, r?)

@@ -237,11 +237,7 @@ impl Inner {
             st.streams.get_mut(name).and_then(|rt| {
                 rt.busy = false;
                 let through = rt.processed_through?;
-                let keys: Vec<u32> = std::mem::take(&mut rt.late_templates)
-                    .into_iter()
-                    .filter(|&(_, active_from)| through >= active_from)
-                    .map(|(k, _)| k)
-                    .collect();
+                let keys = rt.take_late_templates(through);
                 match (keys.is_empty(), &rt.journal) {
                     (false, Some(j)) => Some((j.clone(), keys, through)),
                     _ => None,
@@ -412,19 +408,13 @@ impl Inner {
         }
         // Templates activated while this batch ran (it read the templates before): their keys
         // go with the batch's own touches, into the same flush (`TouchEngine::cover_activation`).
-        let late: Vec<u32> = {
-            let mut st = self.state.lock();
-            match st.streams.get_mut(name) {
-                Some(rt) if !rt.late_templates.is_empty() => {
-                    let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut rt.late_templates)
-                        .into_iter()
-                        .partition(|&(_, from)| processed_through >= from);
-                    rt.late_templates = later;
-                    now.into_iter().map(|(k, _)| k).collect()
-                }
-                _ => Vec::new(),
-            }
-        };
+        let late = self
+            .state
+            .lock()
+            .streams
+            .get_mut(name)
+            .map(|rt| rt.take_late_templates(processed_through))
+            .unwrap_or_default();
         journal.touch_many(
             touches
                 .into_iter()

@@ -55,8 +55,8 @@ pub struct StreamRt {
     pub busy: bool,
     /// Template keys activated while the running batch ran, with their
     /// `active_from_source_offset`: the batch may have read the templates before the
-    /// activation, so they are touched (with the catch-all) when it ends, if it processed rows
-    /// they cover.
+    /// activation, so they are touched (with the catch-all) with its own touches, or when it
+    /// ends, if it processed rows they cover ([`StreamRt::take_late_templates`]).
     pub late_templates: Vec<(u32, i64)>,
     /// Fine touches per row seen lately, to size batches within the fine budget.
     pub fine_per_row: f64,
@@ -88,6 +88,17 @@ impl StreamRt {
             fine_per_row: 0.0,
             tuples: TupleMemory::default(),
         }
+    }
+
+    /// Empties `late_templates`, returning the keys of those whose rows a checkpoint at
+    /// `through` covers; the others cover nothing the running batch processed, and the next
+    /// batch reads the templates anew.
+    pub fn take_late_templates(&mut self, through: i64) -> Vec<u32> {
+        std::mem::take(&mut self.late_templates)
+            .into_iter()
+            .filter(|&(_, active_from)| through >= active_from)
+            .map(|(k, _)| k)
+            .collect()
     }
 
     /// The enabled touch config, if any (C6).

@@ -239,31 +239,29 @@ impl<W: Waker> Journal<W> {
 
     /// J6: `touch(keyId, sourceOffset?, routingKey?)`.
     pub fn touch(&self, key_id: u32, source_offset: Option<i64>, routing_key: Option<u64>) {
-        let now = wall_ms();
-        let mut core = self.inner.core.lock();
-        core.state.touch(key_id, source_offset, routing_key, now);
-        if core.flush_timer.is_none() {
-            self.inner.sync_timers(&mut core);
-        }
+        self.touching(|state, now| state.touch(key_id, source_offset, routing_key, now));
     }
 
     /// Many touches under one lock (how the engine feeds a processed batch).
     pub fn touch_many(&self, touches: impl IntoIterator<Item = Touch>) {
-        let now = wall_ms();
-        let mut core = self.inner.core.lock();
-        for t in touches {
-            core.state.touch(t.key_id, t.source_offset, t.routing_key, now);
-        }
-        if core.flush_timer.is_none() {
-            self.inner.sync_timers(&mut core);
-        }
+        self.touching(|state, now| {
+            for t in touches {
+                state.touch(t.key_id, t.source_offset, t.routing_key, now);
+            }
+        });
     }
 
     /// [`Journal::touch_many`] of key ids alone (no offsets, no routing keys).
     pub fn touch_keys(&self, keys: &[u32]) {
+        self.touching(|state, now| state.touch_keys(keys, now));
+    }
+
+    /// Touches the state with `f` (given the wall clock) under the lock, then arms the flush
+    /// timer if none is.
+    fn touching(&self, f: impl FnOnce(&mut JournalState<W>, i64)) {
         let now = wall_ms();
         let mut core = self.inner.core.lock();
-        core.state.touch_keys(keys, now);
+        f(&mut core.state, now);
         if core.flush_timer.is_none() {
             self.inner.sync_timers(&mut core);
         }
