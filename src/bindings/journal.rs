@@ -36,6 +36,14 @@ pub(crate) enum JsWaiter {
 const _: () = assert!(std::mem::size_of::<JsWaiter>() == 16);
 
 impl Waker for JsWaiter {
+    #[inline]
+    fn prefetch(&self) {
+        match self {
+            JsWaiter::Plain(t) => t.prefetch(),
+            JsWaiter::Abortable(b) => b.0.prefetch(),
+        }
+    }
+
     fn wake(self, hit: Option<TouchHit>) {
         let (ticket, abort) = match self {
             JsWaiter::Plain(t) => (t, None),

@@ -168,11 +168,19 @@ impl<W: Waker> WeakJournal<W> {
     }
 }
 
+/// How many waiters ahead delivery tells a waker it comes next ([`Waker::prefetch`]).
+const PREFETCH_AHEAD: usize = 8;
+
 /// Calls each callback outside any lock, in registration order; a panicking callback does not
-/// stop the others.
+/// stop the others. Each waker is told to prefetch [`PREFETCH_AHEAD`] waiters before its turn:
+/// waking 10,000 JS waiters is bound by cache misses on their promises, not by work.
 fn deliver<W: Waker>(mut out: Vec<Settlement<W>>) {
     waiters::sort_for_delivery(&mut out);
-    for Settlement { waker, hit, .. } in out {
+    let mut rest = out.into_iter();
+    while let Some(Settlement { waker, hit, .. }) = rest.next() {
+        if let Some(ahead) = rest.as_slice().get(PREFETCH_AHEAD - 1) {
+            ahead.waker.prefetch();
+        }
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || waker.wake(hit)));
     }
 }

@@ -33,6 +33,11 @@ use super::TouchHit;
 /// stop.
 pub trait Waker: Send + 'static {
     fn wake(self, hit: Option<TouchHit>);
+
+    /// Hints that this waker is woken soon (delivery calls it a few waiters ahead), so it can
+    /// start loading what waking it reads.
+    #[inline]
+    fn prefetch(&self) {}
 }
 
 /// The general-purpose waker: a boxed callback.
