@@ -20,6 +20,7 @@
 //! - [`processor`]: the touch processor (batches of WAL rows → touches, on a rayon pool);
 //! - [`journal`]: the in-memory touch journal where clients wait on key sets;
 //! - [`engine`]: the manager policy, hot interest, templates, waits by stream, stats;
+//! - [`prefetch`]: the cache prefetch hint the journal's hot loops use;
 //! - [`timer`]: the one native timer thread (journal timers, completion-port watchdog);
 //! - [`bindings`]: the napi classes and functions (conversion only).
 
@@ -31,6 +32,7 @@ pub mod hostdb;
 pub mod journal;
 pub mod jscompat;
 pub mod keys;
+pub mod prefetch;
 pub mod processor;
 pub mod spec;
 pub mod store;

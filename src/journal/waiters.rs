@@ -325,6 +325,11 @@ impl<W: Waker> WaiterRegistry<W> {
     /// before `hit.generation`; returns how many and the entries that stay (stale ones dropped).
     fn wake_list(&mut self, mut list: Vec<Entry>, hit: TouchHit, out: &mut Vec<Settlement<W>>) -> (usize, Vec<Entry>) {
         self.stored_entries -= list.len();
+        // Each entry's slot is a cache miss (a key's waiters are spread over the slab): ask
+        // for all of them first, so the misses overlap.
+        for &e in &list {
+            crate::prefetch::prefetch(self.slots.as_ptr().wrapping_add(entry_slot(e) as usize));
+        }
         let mut woken = 0;
         let mut kept = 0;
         for i in 0..list.len() {

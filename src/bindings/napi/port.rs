@@ -224,11 +224,8 @@ impl Ticket {
     /// Starts loading the deferred's memory into the cache (the promise is settled soon).
     #[inline]
     pub fn prefetch(&self) {
-        #[cfg(target_arch = "x86_64")]
         if let Some(d) = &self.deferred {
-            // SAFETY: a prefetch is a hint: it never faults and reads nothing Rust can observe,
-            // whatever the address.
-            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(d.0.as_ptr().cast()) };
+            crate::prefetch::prefetch(d.0.as_ptr());
         }
     }
 
