@@ -238,3 +238,42 @@ fn an_entry_shared_by_table_and_template_touches_sorts_by_watermark() {
     let shared: Vec<i64> = results[1].touches.iter().filter(|t| t.key_id == table).map(|t| t.watermark).collect();
     assert_eq!(shared, [1, 5]);
 }
+
+/// Two watch keys whose key ids collide (the low 32 bits: template 00000000000000a1 with x =
+/// "5158" and with x = "23805", found by a birthday search) share one key-id run, interleaved
+/// in queue order. P11 orders the run by routing key and each routing key is its own entry,
+/// coalesced on its own: both modes must give one touch per watch key, in routing-key order.
+#[test]
+fn colliding_watch_keys_are_separate_entries_in_routing_key_order() {
+    let template = templates().remove(0);
+    let bits = keys::template_bits(&template.template_id).unwrap();
+    let [low, high] = [keys::watch_key(bits, &[b"5158"]), keys::watch_key(bits, &[b"23805"])];
+    assert_eq!(keys::key_id(low), keys::key_id(high));
+    assert!(low < high);
+    let row = |offset: i64, x: &str| Row {
+        offset,
+        ts_ms: 1000.0 + offset as f64,
+        payload: format!(r#"{{"type":"a","key":"k","value":{{"x":"{x}"}},"headers":{{"operation":"insert"}}}}"#)
+            .into_bytes(),
+    };
+    // The higher routing key is queued first, and the two alternate.
+    let rows = [row(1, "23805"), row(2, "5158"), row(3, "23805"), row(4, "5158")];
+    let touch = TouchSettings {
+        coarse_interval_ms: Some(1.0),
+        touch_coalesce_window_ms: Some(1e9),
+        on_missing_before: OnMissingBefore::Coarse,
+        fine_touch_budget_per_batch: None,
+    };
+    let req = ProcessRequest::new("s", 0, 10, touch);
+    let results = [ONLINE, AT_FINISH].map(|c| {
+        process_with(&req, rows.len(), rows.iter().map(Row::as_ref), std::slice::from_ref(&template), Some(c)).unwrap()
+    });
+    assert_eq!(results[0], results[1]);
+    let shared: Vec<(Option<u64>, i64)> = results[1]
+        .touches
+        .iter()
+        .filter(|t| t.key_id == keys::key_id(low))
+        .map(|t| (t.routing_key, t.watermark))
+        .collect();
+    assert_eq!(shared, [(Some(low), 4), (Some(high), 3)]);
+}
