@@ -80,11 +80,37 @@ test("one signal shared by many waits: listeners do not pile up, one abort resol
   assert.ok((await Promise.all(ps)).every((v) => v === null));
 });
 
+/** Signals whose getters or `addEventListener` throw: each is refused with a rejection. */
+const hostileSignals = () => {
+  const real = new AbortController().signal;
+  return [
+    new Proxy(real, { get() { throw new Error("trap"); } }),
+    { get aborted() { throw new Error("getter"); }, addEventListener() {} },
+    { aborted: false, get addEventListener() { throw new Error("accessor"); } },
+    { aborted: false, addEventListener() { throw new Error("method"); }, removeEventListener() {} },
+  ];
+};
+
+/** `call()` returns a promise and does not throw; the promise, in a box (not to be awaited here). */
+function neverThrows(call, what) {
+  let p;
+  assert.doesNotThrow(() => (p = call()), what);
+  assert.ok(p instanceof Promise, what);
+  return { p };
+}
+
 test("a signal that is not an AbortSignal is refused", async () => {
   const j = new TouchJournal();
-  for (const signal of [{}, 5, { aborted: false }, { aborted: 1, addEventListener() {} }]) {
-    await assert.rejects(j.waitForAny({ keys: [1], timeoutMs: 10, signal }), (e) => e.code === "ERR_INVALID_ARGUMENT");
+  for (const [i, signal] of [{}, 5, { aborted: false }, { aborted: 1, addEventListener() {} }, ...hostileSignals()].entries()) {
+    const { p } = neverThrows(() => j.waitForAny({ keys: [1], timeoutMs: 10, signal }), `signal ${i}`);
+    await assert.rejects(p, (e) => e.code === "ERR_INVALID_ARGUMENT");
   }
+  assert.equal(j.getActiveWaiters(), 0);
+  // A transparent Proxy of a real signal: Node reads its getter through the proxy, Bun's
+  // getter refuses the proxy as its receiver. Either way a promise, never a throw.
+  const ac = new AbortController();
+  const { p } = neverThrows(() => j.waitForAny({ keys: [1], timeoutMs: 10, signal: new Proxy(ac.signal, {}) }), "proxy");
+  await p.then((v) => assert.equal(v, null), (e) => assert.equal(e.code, "ERR_INVALID_ARGUMENT"));
   assert.equal(await j.waitForAny({ keys: [1], timeoutMs: 10, signal: null }), null);
 });
 
@@ -119,6 +145,8 @@ test("a frozen signal is refused with a coded error; a signal shared by the engi
   await store.createStream("s", { contentType: "application/json" });
   const engine = new dt.TouchEngine(store);
   engine.setTouchConfig("s", { enabled: true });
+  const refused = engine.wait({ stream: "s", cursor: "now", keyIds: [1], interestMode: "coarse", timeoutMs: 60_000, signal: frozen });
+  await assert.rejects(refused, (err) => err.code === "ERR_INVALID_ARGUMENT", "the same refusal as the journal's");
   const ac = new AbortController();
   const e = engine.wait({ stream: "s", cursor: "now", keyIds: [1], interestMode: "coarse", timeoutMs: 60_000, signal: ac.signal });
   const e2 = engine.wait({ stream: "s", cursor: "now", keyIds: [2], interestMode: "coarse", timeoutMs: 60_000, signal: ac.signal });
@@ -172,8 +200,9 @@ test("engine waits: one listener per signal, gone once the last wait settles; an
 test("engine waits: aborted and look-alike signals, and a bad request with a live one", async () => {
   const { engine, close } = await openEngine();
   await assert.rejects(engine.wait(coarse(AbortSignal.abort())), (e) => e.code === "ERR_ABORTED");
-  for (const signal of [{}, 5, { aborted: false }, { aborted: 1, addEventListener() {} }]) {
-    await assert.rejects(engine.wait(coarse(signal)), (e) => e.code === "ERR_INVALID_ARGUMENT", String(signal));
+  for (const [i, signal] of [{}, 5, { aborted: false }, { aborted: 1, addEventListener() {} }, ...hostileSignals()].entries()) {
+    const { p } = neverThrows(() => engine.wait(coarse(signal)), `signal ${i}`);
+    await assert.rejects(p, (e) => e.code === "ERR_INVALID_ARGUMENT", `signal ${i}`);
   }
   // A look-alike takes the native path: its listener aborts the wait.
   const added = [];

@@ -800,8 +800,9 @@ impl TouchEngine {
         self.wait_parsed(env, parsed, None)
     }
 
-    /// Starts a parsed wait: it listens to `signal` through N-API, or, given a `cancel_id`,
-    /// is registered for `_engineCancel` until it settles.
+    /// Starts a parsed wait: it listens to `signal` through N-API (a signal that refuses the
+    /// listener rejects the wait), or, given a `cancel_id`, is registered for `_engineCancel`
+    /// until it settles.
     fn wait_parsed<'env>(
         &self,
         env: &'env Env,
@@ -818,6 +819,26 @@ impl TouchEngine {
         };
         if let Some(((stream, args, signal), ticket)) = ticket {
             let hook: Arc<Mutex<Option<abort::AbortHook>>> = Default::default();
+            // The signal is listened to before the wait starts, so a signal that refuses the
+            // listener (its `addEventListener` throws) rejects the wait as bad input, as a
+            // journal wait does. Its listener finds the wait's control in `started`, set below
+            // before any JavaScript can run.
+            let started: Arc<Mutex<Option<Arc<WaitControl>>>> = Default::default();
+            if let Some(signal) = signal {
+                let control = started.clone();
+                let on_abort = Box::new(move |_: &Env| {
+                    if let Some(c) = control.lock().as_ref() {
+                        c.abort();
+                    }
+                });
+                match abort::listen(env, &signal, on_abort) {
+                    Ok(h) => *hook.lock() = Some(h),
+                    Err(e) => {
+                        ticket.settle_now(env, |_| Err(e));
+                        return Ok(unknown(env, promise));
+                    }
+                }
+            }
             let hook_for_reply = hook.clone();
             let cancel = cancel_id.map(|id| (self.cancels.clone(), id));
             let control = engine.wait(
@@ -840,13 +861,7 @@ impl TouchEngine {
             if let Some(id) = cancel_id {
                 self.cancels.lock().insert(id, control.clone());
             }
-            if let Some(signal) = signal {
-                let ctl = control.clone();
-                match abort::listen(env, &signal, Box::new(move |_: &Env| ctl.abort())) {
-                    Ok(h) => *hook.lock() = Some(h),
-                    Err(_) => control.abort(),
-                }
-            }
+            *started.lock() = Some(control);
         }
         Ok(unknown(env, promise))
     }

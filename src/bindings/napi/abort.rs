@@ -144,11 +144,19 @@ pub fn is_aborted(signal: &Js<'_>) -> Result<bool> {
     if !signal.is_object() {
         return Err(bad());
     }
-    let add = signal.get("addEventListener")?.ok_or_else(bad)?;
+    // A getter that throws (a Proxy's trap, an accessor) makes it no AbortSignal: its
+    // exception is cleared, so the wait rejects instead of throwing.
+    let get = |name: &str| {
+        signal.get(name).map_err(|_| {
+            let _cleared = take_exception(signal.env_raw());
+            bad()
+        })
+    };
+    let add = get("addEventListener")?.ok_or_else(bad)?;
     if add.type_of() != sys::ValueType::napi_function {
         return Err(bad());
     }
-    match signal.get("aborted")? {
+    match get("aborted")? {
         Some(v) if v.type_of() == sys::ValueType::napi_boolean => v.boolean("signal.aborted"),
         _ => Err(bad()),
     }
@@ -203,7 +211,12 @@ pub fn listen(env: &Env, signal: &Js<'_>, on_abort_fn: OnAbort) -> Result<AbortH
         let abort = Out::new(env).str("abort").map_err(super::from_napi)?;
         if let Err(e) = signal.call_method(c"addEventListener", &[abort, listener]) {
             hook.release(env);
-            return Err(e);
+            // The signal's own method threw (`Js::call` cleared its exception): bad input.
+            let why = match e {
+                Error::Internal(m) => m,
+                other => other.to_string(),
+            };
+            return Err(Error::invalid(format!("signal must be an AbortSignal: its addEventListener threw: {why}")));
         }
     }
     Ok(hook)
