@@ -65,23 +65,38 @@ function installEngineMethods(binding) {
     enumerable: true,
     value: /** @this {any} */ function wait(request) {
       if (typeof request !== "object" || request === null) return waitNative.call(this, request);
-      const stream = request.stream;
-      const signal = request.signal;
+      // The caller's getters and proxies run here; what they throw rejects the wait.
+      let stream, signal, keys, keyIds, exact, cursor, timeoutMs, templateIdsUsed, interestMode, declareTemplates, inactivityTtlMs;
+      try {
+        stream = request.stream;
+        signal = request.signal;
+        keys = request.keys;
+        keyIds = request.keyIds;
+        exact = request.exact;
+        cursor = request.cursor;
+        timeoutMs = request.timeoutMs;
+        templateIdsUsed = request.templateIdsUsed;
+        interestMode = request.interestMode;
+        declareTemplates = request.declareTemplates;
+        inactivityTtlMs = request.inactivityTtlMs;
+      } catch (e) {
+        return Promise.reject(e);
+      }
       const listen = live(signal) === true;
       const cancelId = listen ? (lastCancelId = lastCancelId === Number.MAX_SAFE_INTEGER ? 1 : lastCancelId + 1) : undefined;
       const reply = waitFields(
         this,
         stream,
         listen ? undefined : signal,
-        request.keys,
-        request.keyIds,
-        request.exact,
-        request.cursor,
-        request.timeoutMs,
-        request.templateIdsUsed,
-        request.interestMode,
-        request.declareTemplates,
-        request.inactivityTtlMs,
+        keys,
+        keyIds,
+        exact,
+        cursor,
+        timeoutMs,
+        templateIdsUsed,
+        interestMode,
+        declareTemplates,
+        inactivityTtlMs,
         cancelId,
       );
       if (cancelId === undefined) return reply;

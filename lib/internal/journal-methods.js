@@ -44,33 +44,46 @@ function installJournalMethods(binding) {
     const r = handleFor(this);
     if (r.stage !== null && r.stage.n !== 0) drain(this, r.stage);
     if (typeof args !== "object" || args === null) return waitFast(r.h, args);
-    const keys = args.keys, exactKeys = args.exactKeys;
-    const afterGeneration = args.afterGeneration, timeoutMs = args.timeoutMs, signal = args.signal;
+    let keys, exactKeys, afterGeneration, timeoutMs, signal;
     const s = r.u32;
-    // Plain arrays of u32 ids with number fields (the common wait) are written to the buffer
-    // here; anything else, and every error, takes the general path. So does a copy during which
-    // another call used the buffer (an element getter that waits on the same journal), or into
-    // a buffer someone detached. The native side checks the numbers as the general path does.
-    if (s !== null && (exactKeys === undefined || exactKeys === null) && Array.isArray(keys) && keys.length <= maxKeys && typeof timeoutMs === "number") {
-      const noAfter = afterGeneration === undefined || afterGeneration === null;
-      if (noAfter || typeof afterGeneration === "number") {
-        const n = keys.length;
-        const mark = (r.calls = (r.calls + 1) | 0);
-        let i = 0;
-        for (; i < n; i++) {
-          const k = keys[i];
-          if (k >>> 0 !== k) break;
-          s[i] = k;
-        }
-        if (i === n && r.calls === mark && s.length === maxKeys + 2) {
-          const f = r.f64;
-          s[maxKeys] = n;
-          s[maxKeys + 1] = noAfter ? 0 : 1;
-          f[0] = noAfter ? 0 : afterGeneration;
-          f[1] = timeoutMs;
-          return waitArgs(r.h, signal);
+    let n = -1;
+    // The caller's getters and proxies run here; what they throw rejects the wait (a
+    // promise-returning method reports every failure through its promise).
+    try {
+      keys = args.keys;
+      exactKeys = args.exactKeys;
+      afterGeneration = args.afterGeneration;
+      timeoutMs = args.timeoutMs;
+      signal = args.signal;
+      // Plain arrays of u32 ids with number fields (the common wait) are written to the buffer
+      // here; anything else, and every error, takes the general path. So does a copy during
+      // which another call used the buffer (an element getter that waits on the same journal),
+      // or into a buffer someone detached. The native side checks the numbers as the general
+      // path does.
+      if (s !== null && (exactKeys === undefined || exactKeys === null) && Array.isArray(keys) && keys.length <= maxKeys && typeof timeoutMs === "number") {
+        if (afterGeneration === undefined || afterGeneration === null || typeof afterGeneration === "number") {
+          const len = keys.length;
+          const mark = (r.calls = (r.calls + 1) | 0);
+          let i = 0;
+          for (; i < len; i++) {
+            const k = keys[i];
+            if (k >>> 0 !== k) break;
+            s[i] = k;
+          }
+          if (i === len && r.calls === mark && s.length === maxKeys + 2) n = len;
         }
       }
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    if (n >= 0) {
+      const noAfter = afterGeneration === undefined || afterGeneration === null;
+      const f = r.f64;
+      s[maxKeys] = n;
+      s[maxKeys + 1] = noAfter ? 0 : 1;
+      f[0] = noAfter ? 0 : afterGeneration;
+      f[1] = timeoutMs;
+      return waitArgs(r.h, signal);
     }
     return waitFast(r.h, args, keys, exactKeys, afterGeneration, timeoutMs, signal);
   }));

@@ -7,6 +7,7 @@ use std::ptr;
 use napi::{sys, Env};
 
 use super::check;
+use super::value::exception_pending;
 use super::value::{unknown, Out, RawValue};
 use crate::error::{Error, Result};
 
@@ -46,7 +47,14 @@ pub fn js_error_with_message(env: &Env, err: &Error, message: &str) -> Result<Ra
 
 /// A `napi::Error` that throws the JS error built by [`js_error`] (for synchronous calls).
 /// Should the error object itself fail to build, napi-rs throws a plain error with the message.
+///
+/// When a JS exception is already pending (a user's getter or Proxy trap threw while an
+/// argument was read), that exception is what the call throws, as it would be in JavaScript:
+/// `err` (the failed read) is dropped.
 pub fn throw(env: &Env, err: Error) -> napi::Error {
+    if exception_pending(env.raw()) {
+        return napi::Error::new(napi::Status::PendingException, err.to_string());
+    }
     match js_error(env, &err) {
         Ok(value) => napi::Error::from(unknown(env, value)),
         Err(_) => napi::Error::from_reason(format!("{}: {err}", err.code())),

@@ -33,7 +33,7 @@ use napi::{sys, Env};
 use parking_lot::Mutex;
 
 use super::error::js_error;
-use super::value::RawValue;
+use super::value::{take_exception, RawValue};
 use super::{check, check_napi};
 use crate::error::Error;
 use crate::timer::{self, mono_now, TimerTarget};
@@ -190,9 +190,20 @@ impl Port {
     }
 
     /// A promise already rejected with `err` (JS thread), for calls refused before any work.
+    /// If a JS exception is pending (a user's getter or Proxy trap threw while the arguments
+    /// were read), the promise rejects with that exception instead, and the call itself does
+    /// not throw: a promise-returning method reports every failure through its promise.
     pub fn rejected(env: &Env, err: &Error) -> napi::Result<RawValue> {
+        let thrown = take_exception(env.raw());
         let (deferred, promise) = new_promise(env)?;
-        settle_deferred(env, deferred, Err(err.clone())).map_err(|(e, _)| super::internal(e))?;
+        match thrown {
+            Some(exception) => {
+                // SAFETY: `deferred` was just made and is settled once, here; `exception` is a
+                // value of this environment (the one it threw).
+                check_napi(unsafe { sys::napi_reject_deferred(env.raw(), deferred.raw(), exception) })?;
+            }
+            None => settle_deferred(env, deferred, Err(err.clone())).map_err(|(e, _)| super::internal(e))?,
+        }
         Ok(promise)
     }
 

@@ -465,7 +465,13 @@ impl<'env> Js<'env> {
         // napi_get_value_external still refuses a value that is not an external.
         let mut ours = false;
         // SAFETY: see the module doc; `tag` is live for the call.
-        check(unsafe { sys::napi_check_object_type_tag(self.env, self.raw, tag, &mut ours) }).ok()?;
+        if check(unsafe { sys::napi_check_object_type_tag(self.env, self.raw, tag, &mut ours) }).is_err() {
+            // Node converts the value to an object first, which throws for null and undefined:
+            // that exception is this probe's, not the caller's, and must not be what the call
+            // throws in place of its own error.
+            let _cleared = take_exception(self.env);
+            return None;
+        }
         if !ours {
             return None;
         }
@@ -507,6 +513,14 @@ impl<'env> Js<'env> {
         };
         f.call(self.raw, args).map(|_| ())
     }
+}
+
+/// Whether a JS exception is pending (false if the environment cannot tell: it is tearing
+/// down, and nothing can be thrown any more).
+pub(super) fn exception_pending(env: sys::napi_env) -> bool {
+    let mut pending = false;
+    // SAFETY: an N-API call on the JS thread with the current call's environment.
+    check(unsafe { sys::napi_is_exception_pending(env, &mut pending) }).is_ok() && pending
 }
 
 /// Clears the pending JS exception, if any, and returns it.

@@ -652,19 +652,25 @@ mod tests {
 
     #[test]
     fn the_js_wait_and_the_route_pass_the_fields_in_this_order() {
-        // lib/internal/engine-methods.js reads the request's fields and passes them to
+        // lib/internal/engine-methods.js reads the request's fields into locals (`stream`
+        // and `signal` first, then WaitArgs::FIELDS in order) and passes them to
         // `_engineWait` positionally; the binding names them by WaitArgs::FIELDS.
-        // `stream` and `signal` are read first, into locals the call passes on.
         let js = include_str!("../../../lib/internal/engine-methods.js");
         let body = &js[js.find("function wait(request)").expect("the method")..];
         let call_at = body.find("waitFields(").expect("the call");
-        let call = &body[call_at..];
+        let call = &body[call_at + "waitFields(".len()..];
         let call = &call[..call.find(");").expect("its end")];
-        let fields = |s: &str| -> Vec<String> {
-            s.split("request.").skip(1).map(|s| s.split([',', ';']).next().unwrap().trim().to_string()).collect()
-        };
-        assert_eq!(fields(&body[..call_at]), ["stream", "signal"]);
-        assert_eq!(fields(call), WaitArgs::FIELDS);
+        let reads: Vec<String> = body[..call_at]
+            .split("request.")
+            .skip(1)
+            .map(|s| s.split([',', ';']).next().unwrap().trim().to_string())
+            .collect();
+        assert_eq!(reads[..2], ["stream", "signal"]);
+        assert_eq!(&reads[2..], WaitArgs::FIELDS);
+        let args: Vec<&str> = call.split(',').map(str::trim).filter(|a| !a.is_empty()).collect();
+        assert_eq!(args[..3], ["this", "stream", "listen ? undefined : signal"]);
+        assert_eq!(&args[3..3 + WaitArgs::FIELDS.len()], WaitArgs::FIELDS);
+        assert_eq!(args[3 + WaitArgs::FIELDS.len()..], ["cancelId"]);
         // compat/routes.mjs copies these fields from the body, inherited ones included (an
         // array body's `keys` is Array.prototype.keys, as the reference reads it).
         let routes = include_str!("../../../compat/routes.mjs");
