@@ -525,13 +525,11 @@ pub(super) fn exception_pending(env: sys::napi_env) -> bool {
 
 /// Clears the pending JS exception, if any, and returns it.
 pub(super) fn take_exception(env: sys::napi_env) -> Option<RawValue> {
-    let mut pending = false;
-    // SAFETY: an N-API call on the JS thread with the current call's environment.
-    if check(unsafe { sys::napi_is_exception_pending(env, &mut pending) }).is_err() || !pending {
+    if !exception_pending(env) {
         return None;
     }
     let mut exc = ptr::null_mut();
-    // SAFETY: as above.
+    // SAFETY: an N-API call on the JS thread with the current call's environment.
     check(unsafe { sys::napi_get_and_clear_last_exception(env, &mut exc) }).ok()?;
     Some(exc)
 }
