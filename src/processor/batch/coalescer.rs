@@ -129,17 +129,21 @@ impl Coalescer {
             }
         };
         let order = &mut self.order;
-        for_each_run(order, |run| {
-            // A run is usually one key's touches, already in watermark order: checking that
-            // reads each touch once, where even a sort of sorted input reads it twice.
-            let key = |p: &u64| {
-                let t = at(*p as u32);
-                (t.routing_key.is_some(), t.routing_key.unwrap_or(0), t.watermark)
-            };
-            if !run.is_sorted_by_key(key) {
-                run.sort_by_key(key);
-            }
-        });
+        for_each_run(
+            order,
+            |p| (p >> 32) as u32,
+            |run| {
+                // A run is usually one key's touches, already in watermark order: checking that
+                // reads each touch once, where even a sort of sorted input reads it twice.
+                let key = |p: &u64| {
+                    let t = at(*p as u32);
+                    (t.routing_key.is_some(), t.routing_key.unwrap_or(0), t.watermark)
+                };
+                if !run.is_sorted_by_key(key) {
+                    run.sort_by_key(key);
+                }
+            },
+        );
         let touches = order.iter().map(|&p| at(p as u32)).collect();
         (self.flushed, self.pending) = (flushed, pending);
         touches
@@ -170,37 +174,36 @@ impl Coalescer {
         }
         let mut out: Vec<Touch> = Vec::with_capacity(sorted.len());
         let entry = |p: &Pending| (p.touch.routing_key.is_some(), p.touch.routing_key.unwrap_or(0));
-        let mut rest = &mut sorted[..];
-        while let Some(first) = rest.first() {
-            let key_id = first.touch.key_id;
-            let len = rest.iter().position(|p| p.touch.key_id != key_id).unwrap_or(rest.len());
-            let (run, tail) = std::mem::take(&mut rest).split_at_mut(len);
-            rest = tail;
-            if run.len() > 1 && !run.is_sorted_by_key(entry) {
-                run.sort_by_key(entry);
-            }
-            let mut group_rest = &run[..];
-            while let Some((first, tail)) = group_rest.split_first() {
-                let key = entry(first);
-                let len = tail.iter().take_while(|p| entry(p) == key).count();
-                let from = out.len();
-                let mut open = *first;
-                for next in &tail[..len] {
-                    if next.window_start - open.window_start < plan.window_ms(next.touch.kind) {
-                        open.touch.watermark = next.touch.watermark;
-                    } else {
-                        out.push(open.touch);
-                        open = *next;
+        for_each_run(
+            sorted,
+            |p| p.touch.key_id,
+            |run| {
+                if run.len() > 1 && !run.is_sorted_by_key(entry) {
+                    run.sort_by_key(entry);
+                }
+                let mut rest = &run[..];
+                while let Some((first, tail)) = rest.split_first() {
+                    let key = entry(first);
+                    let len = tail.iter().take_while(|p| entry(p) == key).count();
+                    let from = out.len();
+                    let mut open = *first;
+                    for next in &tail[..len] {
+                        if next.window_start - open.window_start < plan.window_ms(next.touch.kind) {
+                            open.touch.watermark = next.touch.watermark;
+                        } else {
+                            out.push(open.touch);
+                            open = *next;
+                        }
                     }
+                    out.push(open.touch);
+                    let group = &mut out[from..];
+                    if !group.is_sorted_by_key(|t| t.watermark) {
+                        group.sort_by_key(|t| t.watermark);
+                    }
+                    rest = &tail[len..];
                 }
-                out.push(open.touch);
-                let group = &mut out[from..];
-                if !group.is_sorted_by_key(|t| t.watermark) {
-                    group.sort_by_key(|t| t.watermark);
-                }
-                group_rest = &tail[len..];
-            }
-        }
+            },
+        );
         self.pending = raw;
         out
     }
@@ -209,13 +212,13 @@ impl Coalescer {
 /// How many records ahead [`Coalescer::coalesce_at_finish`]'s copy prefetches.
 const GATHER_AHEAD: usize = 16;
 
-/// Calls `f` on each run of equal key ids (the high halves) of a sorted `order`.
-pub(super) fn for_each_run(order: &mut [u64], mut f: impl FnMut(&mut [u64])) {
-    let mut rest = order;
-    while !rest.is_empty() {
-        let k = rest[0] >> 32;
-        let len = rest.iter().position(|p| p >> 32 != k).unwrap_or(rest.len());
-        let (run, tail) = rest.split_at_mut(len);
+/// Calls `f` on each run of equal key ids of `items`, sorted by key id (`key_id` reads it).
+pub(super) fn for_each_run<T>(items: &mut [T], key_id: impl Fn(&T) -> u32, mut f: impl FnMut(&mut [T])) {
+    let mut rest = items;
+    while let Some(first) = rest.first() {
+        let k = key_id(first);
+        let len = rest.iter().position(|p| key_id(p) != k).unwrap_or(rest.len());
+        let (run, tail) = std::mem::take(&mut rest).split_at_mut(len);
         f(run);
         rest = tail;
     }
