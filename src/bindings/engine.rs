@@ -818,37 +818,33 @@ impl TouchEngine {
             Err(e) => (None, Port::rejected(env, &e)?),
         };
         if let Some(((stream, args, signal), ticket)) = ticket {
-            let hook: Arc<Mutex<Option<abort::AbortHook>>> = Default::default();
             // The signal is listened to before the wait starts, so a signal that refuses the
             // listener (its `addEventListener` throws) rejects the wait as bad input, as a
-            // journal wait does. Its listener finds the wait's control in `started`, set below
-            // before any JavaScript can run.
-            let started: Arc<Mutex<Option<Arc<WaitControl>>>> = Default::default();
-            if let Some(signal) = signal {
-                let control = started.clone();
-                let on_abort = Box::new(move |_: &Env| {
-                    if let Some(c) = control.lock().as_ref() {
-                        c.abort();
-                    }
-                });
-                match abort::listen(env, &signal, on_abort) {
-                    Ok(h) => *hook.lock() = Some(h),
-                    Err(e) => {
-                        ticket.settle_now(env, |_| Err(e));
-                        return Ok(unknown(env, promise));
+            // journal wait does.
+            let control = Arc::new(WaitControl::default());
+            let hook = match signal {
+                None => None,
+                Some(signal) => {
+                    let ctl = control.clone();
+                    match abort::listen(env, &signal, Box::new(move |_: &Env| ctl.abort())) {
+                        Ok(h) => Some(h),
+                        Err(e) => {
+                            ticket.settle_now(env, |_| Err(e));
+                            return Ok(unknown(env, promise));
+                        }
                     }
                 }
-            }
-            let hook_for_reply = hook.clone();
+            };
             let cancel = cancel_id.map(|id| (self.cancels.clone(), id));
-            let control = engine.wait(
+            engine.wait_with(
                 &stream,
                 args,
+                control.clone(),
                 Box::new(move |r| {
                     // The outcome runs on the JS thread at a later drain, never inside this
                     // call: the wait is in `cancels` (below) before it leaves it here.
                     ticket.settle(Box::new(move |env| {
-                        if let Some(h) = hook_for_reply.lock().take() {
+                        if let Some(h) = hook {
                             h.release(env);
                         }
                         if let Some((cancels, id)) = cancel {
@@ -859,9 +855,8 @@ impl TouchEngine {
                 }),
             );
             if let Some(id) = cancel_id {
-                self.cancels.lock().insert(id, control.clone());
+                self.cancels.lock().insert(id, control);
             }
-            *started.lock() = Some(control);
         }
         Ok(unknown(env, promise))
     }

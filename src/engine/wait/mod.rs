@@ -45,20 +45,28 @@ impl TouchEngine {
     /// ([`Error::Aborted`] after [`WaitControl::abort`]).
     pub fn wait(&self, stream: &str, args: WaitArgs, reply: Reply<WaitReply>) -> Arc<WaitControl> {
         let control = Arc::new(WaitControl::default());
+        self.wait_with(stream, args, control.clone(), reply);
+        control
+    }
+
+    /// [`TouchEngine::wait`] under a control the caller made first (to hand an abort hook
+    /// before the wait starts). A control aborted before the wait parks resolves it with
+    /// [`Error::Aborted`].
+    pub fn wait_with(&self, stream: &str, args: WaitArgs, control: Arc<WaitControl>, reply: Reply<WaitReply>) {
         if let Err(e) = self.check_open() {
             reply(Err(e));
-            return control;
+            return;
         }
         let cfg = match self.touch_config(stream) {
             Ok(c) => c,
             Err(e) => {
                 reply(Err(e));
-                return control;
+                return;
             }
         };
         let engine = self.clone();
         let stream = stream.to_string();
-        let ctl = control.clone();
+        let ctl = control;
         // Activation and entity lookups touch SQLite; the common path does not and runs here.
         let needs_store = !args.declare_templates.is_empty()
             || (!args.template_ids_used.is_empty()
@@ -68,7 +76,6 @@ impl TouchEngine {
         } else {
             engine.wait_inner(&stream, cfg, args, ctl, reply);
         }
-        control
     }
 
     fn touch_mode(&self, stream: &str) -> TouchMode {
