@@ -70,3 +70,26 @@ test("every wait settles while other journals come and go (no lost wake-up of th
     assert.equal(outcome, "settled", `round ${round}: ${j.getActiveWaiters()} parked, not every promise settled`);
   }
 }, { timeout: 120_000 });
+
+test("a deadline never overtakes a bucket flush due before it, however late the JS thread gets to them", async () => {
+  // The reference's flush and deadlines are JS timers, run in due order: a flush due at 10 ms
+  // wakes a wait whose deadline is at 10–40 ms, even when the thread was busy past both. A
+  // timeout delivered first would be read with the flushed cursor, and the touch lost.
+  const { TouchJournal: CompatJournal } = await import("../compat/journal.mjs");
+  for (const [name, J] of [["TouchJournal", TouchJournal], ["compat TouchJournal", CompatJournal]]) {
+    for (const timeoutMs of [10, 12, 25, 40]) {
+      const j = new J({ bucketMs: 10 });
+      const g0 = j.getGeneration();
+      j.touch(7, 1n);
+      const woken = j.waitForAny({ keys: [7], afterGeneration: g0, timeoutMs }).then((hit) => ({ hit, generation: j.getGeneration() }));
+      const other = j.waitForAny({ keys: [8], afterGeneration: g0, timeoutMs });
+      const until = performance.now() + 100;
+      while (performance.now() < until); // busy past the flush and the deadline
+      const { hit, generation } = await woken;
+      assert.ok(hit !== null, `${name}, timeout ${timeoutMs} ms: timed out with the cursor at generation ${generation}`);
+      assert.deepEqual([hit.generation, hit.keyId, hit.bucketMaxSourceOffsetSeq], [1, 7, 1n]);
+      assert.equal(await other, null, "a wait on another key still times out");
+      j.stop();
+    }
+  }
+});

@@ -131,6 +131,10 @@ struct Core<W: Waker> {
     next_token: u64,
     /// The bucket timer fired and the flush was handed to the owner, which has not run it yet.
     flush_due: bool,
+    /// A deadline came due while a flush due before it was handed off: the owner expires the
+    /// waiters after running the flush ([`Journal::run_due_flush`]), and the deadline timer
+    /// stays unarmed until then.
+    expire_after_flush: bool,
 }
 
 struct Inner<W: Waker> {
@@ -205,12 +209,20 @@ impl<W: Waker> Journal<W> {
 
     fn build(options: JournalOptions, handoff: Option<FlushHandoff<W>>) -> Self {
         let state = JournalState::new(JournalConfig::from_options(&options), Epoch::random());
-        let core = Core { state, flush_timer: None, deadline_timer: None, next_token: 0, flush_due: false };
+        let core = Core {
+            state,
+            flush_timer: None,
+            deadline_timer: None,
+            next_token: 0,
+            flush_due: false,
+            expire_after_flush: false,
+        };
         Journal { inner: Arc::new_cyclic(|this| Inner { core: Mutex::new(core), this: this.clone(), handoff }) }
     }
 
     /// Runs the flush the bucket timer handed off, if it is still due (a manual flush or a stop
-    /// in between cancels it). Returns whether a generation was produced.
+    /// in between cancels it), then the deadlines that came due while it waited. Returns
+    /// whether a generation was produced.
     pub fn run_due_flush(&self) -> bool {
         let now = wall_ms();
         let mut out = Vec::new();
@@ -221,6 +233,9 @@ impl<W: Waker> Journal<W> {
             }
             core.flush_due = false;
             let flushed = core.state.flush(now, &mut out);
+            if std::mem::take(&mut core.expire_after_flush) {
+                core.state.expire(mono_now(), &mut out);
+            }
             self.inner.sync_timers(&mut core);
             flushed
         };
@@ -307,6 +322,9 @@ impl<W: Waker> Journal<W> {
             }
             core.flush_due = false;
             let flushed = core.state.flush(now, &mut out);
+            if std::mem::take(&mut core.expire_after_flush) {
+                core.state.expire(mono_now(), &mut out);
+            }
             self.inner.sync_timers(&mut core);
             flushed
         };
@@ -420,6 +438,7 @@ impl<W: Waker> Journal<W> {
                 timer::cancel(a.key);
             }
             core.flush_due = false;
+            core.expire_after_flush = false;
             core.state.stop(&mut out)
         };
         deliver(out);
@@ -443,7 +462,7 @@ impl<W: Waker> Inner<W> {
             let at = mono_now().saturating_add(core.state.coalesce_ms().saturating_mul(1_000_000));
             core.flush_timer = Some(self.arm(core, at, FLUSH_TIMER));
         }
-        let next = core.state.next_deadline();
+        let next = core.state.next_deadline().filter(|_| !core.expire_after_flush);
         if core.deadline_timer.as_ref().map(|a| a.at) != next {
             if let Some(a) = core.deadline_timer.take() {
                 timer::cancel(a.key);
@@ -471,9 +490,26 @@ impl<W: Waker> TimerTarget for Inner<W> {
                         core.state.flush(wall_ms(), &mut out);
                     }
                 }
-            } else if core.deadline_timer.as_ref().is_some_and(|a| a.token == token) {
-                core.deadline_timer = None;
-                core.state.expire(mono_now(), &mut out);
+            } else if let Some(deadline) = core.deadline_timer.take_if(|a| a.token == token) {
+                // Timers run in due order, as the reference's JS timers do: a flush due no later
+                // than this deadline runs first, so a waiter its bucket wakes is not timed out
+                // (a timeout's callback would read the flushed cursor and miss the touch).
+                let flush_first = core.flush_due || core.flush_timer.as_ref().is_some_and(|f| f.at <= deadline.at);
+                if flush_first {
+                    if let Some(f) = core.flush_timer.take() {
+                        timer::cancel(f.key);
+                        core.flush_due = self.handoff.is_some();
+                        hand_off = core.flush_due;
+                        if !core.flush_due {
+                            core.state.flush(wall_ms(), &mut out);
+                        }
+                    }
+                }
+                if core.flush_due {
+                    core.expire_after_flush = true;
+                } else {
+                    core.state.expire(mono_now(), &mut out);
+                }
             }
             self.sync_timers(&mut core);
         }
@@ -615,6 +651,47 @@ mod tests {
         assert!(j.flush());
         assert!(!handle.upgrade().unwrap().run_due_flush());
         assert_eq!(j.generation(), 2);
+    }
+
+    #[test]
+    fn a_deadline_waits_for_a_flush_due_before_it() {
+        // The reference's timers run in due order: a bucket flush due before a waiter's
+        // deadline wakes the waiter even when the owner's thread was busy past both. The
+        // timeout must not come first (its callback would see the flushed cursor and never
+        // the touch).
+        let (tx, rx) = mpsc::channel::<WeakJournal>();
+        let tx = std::sync::Mutex::new(tx);
+        let j = Journal::with_flush_handoff(
+            JournalOptions { bucket_ms: 10.0, ..Default::default() },
+            Box::new(move |w| tx.lock().unwrap().send(w).unwrap()),
+        );
+        j.touch(7, Some(3), None);
+        let (r, hits) = channel_resolve();
+        let req = WaitRequest {
+            keys: KeyIds::from_slice(&[7]),
+            after_generation: Some(0),
+            timeout_ms: 30,
+            ..Default::default()
+        };
+        j.wait_for_any(req, r).unwrap();
+        let (r, other) = channel_resolve();
+        let req = WaitRequest {
+            keys: KeyIds::from_slice(&[8]),
+            after_generation: Some(0),
+            timeout_ms: 30,
+            ..Default::default()
+        };
+        j.wait_for_any(req, r).unwrap();
+        let handle = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        // The owner is busy well past the deadline.
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(hits.try_recv().is_err(), "no timeout before the flush due before it ran");
+        assert!(other.try_recv().is_err());
+        assert!(handle.upgrade().unwrap().run_due_flush());
+        let hit = hits.recv_timeout(Duration::from_secs(1)).unwrap().expect("woken by the flush");
+        assert_eq!((hit.generation, hit.bucket_max_source_offset_seq), (1, 3));
+        assert_eq!(other.recv_timeout(Duration::from_secs(1)).unwrap(), None, "the other one timed out after it");
+        assert_eq!(j.active_waiters(), 0);
     }
 
     #[test]
