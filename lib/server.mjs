@@ -71,11 +71,41 @@ function normalizeContentType(v) {
 const NODE_BODY = Symbol("durable-touch.nodeBody");
 
 async function readBody(req, limit) {
-  const len = Number(req.headers.get("content-length") ?? "0");
-  if (len > limit) throw new HttpError(413, "ERR_PAYLOAD_TOO_LARGE", `body too large (max ${limit})`);
-  const buf = req[NODE_BODY] ?? new Uint8Array(await req.arrayBuffer());
-  if (buf.byteLength > limit) throw new HttpError(413, "ERR_PAYLOAD_TOO_LARGE", `body too large (max ${limit})`);
+  const tooLarge = () => new HttpError(413, "ERR_PAYLOAD_TOO_LARGE", `body too large (max ${limit})`);
+  const declared = req.headers.get("content-length");
+  if (Number(declared ?? "0") > limit) throw tooLarge();
+  let buf = req[NODE_BODY];
+  if (buf === undefined) {
+    // A declared length bounds what the runtime reads; a chunked body is counted as it
+    // arrives and refused at the limit (`arrayBuffer()` would first buffer all of it).
+    buf = declared !== null || req.body === null ? new Uint8Array(await req.arrayBuffer()) : await readCapped(req.body, limit, tooLarge);
+  }
+  if (buf.byteLength > limit) throw tooLarge();
   return buf;
+}
+
+/** Reads `stream` whole, or throws `tooLarge()` (and cancels it) once it passes `limit` bytes. */
+async function readCapped(stream, limit, tooLarge) {
+  const reader = stream.getReader();
+  const chunks = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > limit) {
+      reader.cancel().catch(() => {});
+      throw tooLarge();
+    }
+    chunks.push(value);
+  }
+  const out = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    out.set(c, at);
+    at += c.byteLength;
+  }
+  return out;
 }
 
 /**
