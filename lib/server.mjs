@@ -268,6 +268,8 @@ export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024 }) {
     }
     if (method === "DELETE") {
       if (!(await store.deleteStream(name))) throw new HttpError(404, "ERR_STREAM_NOT_FOUND", `stream not found: ${name}`);
+      // The engine drops the stream at once and answers the waits parked on it.
+      engine.notify(name);
       return new Response(null, { status: 204 });
     }
     if (method === "POST") {

@@ -118,6 +118,8 @@ pub(crate) struct State {
     /// no state-protocol profile (not read again until the next poll).
     pub last_profile_poll_ms: i64,
     pub foreign: HashSet<String>,
+    /// Numbers profile adoptions ([`StreamRt::profile_seq`]).
+    pub profile_seq: u64,
 }
 
 impl State {
@@ -203,6 +205,7 @@ impl TouchEngine {
                 settles: Vec::new(),
                 last_profile_poll_ms: now,
                 foreign: HashSet::new(),
+                profile_seq: 0,
             }),
             registry: TemplateRegistry::default(),
             stats: StatsCollector::new(None),
@@ -506,8 +509,11 @@ impl Inner {
     /// Takes `profile` as the stream's (already saved), keeping its runtime state.
     pub(crate) fn adopt_profile(&self, stream: &str, profile: StateProtocolProfile) {
         let mut st = self.state.lock();
+        st.profile_seq += 1;
+        let seq = st.profile_seq;
         match st.streams.get_mut(stream) {
             Some(rt) => {
+                rt.profile_seq = seq;
                 if rt.profile == profile {
                     return;
                 }
@@ -526,7 +532,9 @@ impl Inner {
                 }
             }
             None => {
-                st.streams.insert(stream.to_string(), StreamRt::new(profile));
+                let mut rt = StreamRt::new(profile);
+                rt.profile_seq = seq;
+                st.streams.insert(stream.to_string(), rt);
             }
         }
     }

@@ -214,7 +214,7 @@ impl Inner {
     /// One batch for one stream (M3–M15). Returns whether rows remain after it.
     fn process_one(self: &Arc<Self>, name: &str) -> Result<bool> {
         let now = wall_ms();
-        let (cfg, mem_through) = {
+        let (cfg, mem_through, profile_seq) = {
             let mut st = self.state.lock();
             let Some(rt) = st.streams.get_mut(name) else { return Ok(false) };
             let Some(cfg) = rt.touch().cloned() else { return Ok(false) };
@@ -222,9 +222,9 @@ impl Inner {
                 return Ok(false);
             }
             rt.busy = true;
-            (cfg, rt.processed_through)
+            (cfg, rt.processed_through, rt.profile_seq)
         };
-        let result = self.process_locked(name, &cfg, mem_through, now);
+        let result = self.process_locked(name, &cfg, mem_through, profile_seq, now);
         self.end_batch(name);
         result
     }
@@ -254,19 +254,44 @@ impl Inner {
         name: &str,
         cfg: &TouchConfig,
         mem_through: Option<i64>,
+        profile_seq: u64,
         now: i64,
     ) -> Result<bool> {
         let n = name.to_string();
         let (row, state) = blocking(|r| {
             self.store.query(move |c| Ok((crate::store::query_stream(c, &n)?, profile::get_touch_state(c, &n)?)), r)
         })?;
-        // M3: the stream is gone.
+        // M3: the stream is gone. Its runtime goes (unless a profile was adopted since this
+        // batch began: the stream created again and configured), and its journal answers the
+        // waits parked on it at once; their cursors are stale on a stream created later.
         let Some(row) = row.filter(|r| r.stream_flags & STREAM_FLAG_DELETED == 0) else {
-            self.state.lock().streams.remove(name);
+            let removed = {
+                let mut st = self.state.lock();
+                let current = st.streams.get(name).is_some_and(|rt| rt.profile_seq == profile_seq);
+                if current {
+                    st.streams.remove(name)
+                } else {
+                    None
+                }
+            };
+            if let Some(journal) = removed.and_then(|rt| rt.journal) {
+                journal.stop();
+            }
             let n = name.to_string();
-            self.store.write(move |c| profile::delete_touch_state(c, &n), Box::new(|_| {}));
+            self.store.write(move |c| profile::delete_touch_state_of_gone(c, &n), Box::new(|_| {}));
             return Ok(false);
         };
+        let recreated = self.state.lock().streams.get_mut(name).is_some_and(|rt| {
+            rt.adopt_incarnation(row.created_at_ms, row.next_offset, state.map(|s| s.processed_through))
+        });
+        if recreated {
+            // The old stream's profile went with it: the new one is processed (from its own
+            // checkpoint) under the profile stored for it, if any, from the next batch on. The
+            // journal stays, as the reference's does: waits parked on the name hear the new
+            // stream's changes.
+            self.reload_profiles(Some(vec![name.to_string()]))?;
+            return Ok(true);
+        }
         let through = match mem_through.or(state.map(|s| s.processed_through)) {
             Some(t) => t,
             None => {
@@ -563,24 +588,24 @@ impl Inner {
             }
             rt.checkpoint_written_ms = now;
             rt.checkpoint_unwritten = None;
-            through
+            (through, rt.incarnation)
         };
         let n = name.to_string();
-        self.store.write(move |c| profile::advance_touch_state(c, &n, write).map(|_| ()), Box::new(|_| {}));
+        self.store.write(move |c| profile::advance_touch_state(c, &n, write.0, write.1).map(|_| ()), Box::new(|_| {}));
     }
 
     /// Writes the checkpoints [`Inner::set_checkpoint`] held back, in one commit; `Ok(())` once
     /// it is durable when `wait` is set.
     pub(crate) fn persist_checkpoints(&self, wait: bool) -> Result<()> {
         let now = wall_ms();
-        let due: Vec<(String, i64)> = {
+        let due: Vec<(String, i64, Option<i64>)> = {
             let mut st = self.state.lock();
             st.streams
                 .iter_mut()
                 .filter_map(|(name, rt)| {
                     let through = rt.checkpoint_unwritten.take()?;
                     rt.checkpoint_written_ms = now;
-                    Some((name.clone(), through))
+                    Some((name.clone(), through, rt.incarnation))
                 })
                 .collect()
         };
@@ -589,8 +614,8 @@ impl Inner {
         }
         // One write job: the writer runs it in one transaction.
         let job = move |c: &rusqlite::Connection| {
-            for (n, through) in &due {
-                profile::advance_touch_state(c, n, *through)?;
+            for (n, through, incarnation) in &due {
+                profile::advance_touch_state(c, n, *through, *incarnation)?;
             }
             Ok(())
         };
@@ -607,6 +632,7 @@ impl Inner {
         struct Due {
             name: String,
             gc_through: Option<i64>,
+            incarnation: Option<i64>,
             template_gc: bool,
         }
         let mut min_persist = f64::INFINITY;
@@ -625,7 +651,7 @@ impl Inner {
                         // uploaded_through is read in the job; plan with the checkpoint only.
                         rt.gc.plan(p, i64::MAX, now, self.opts.wal_gc_interval_ms, self.opts.wal_gc_chunk_offsets)
                     });
-                    Some(Due { name: name.clone(), gc_through, template_gc })
+                    Some(Due { name: name.clone(), gc_through, incarnation: rt.incarnation, template_gc })
                 })
                 .collect()
         };
@@ -645,10 +671,14 @@ impl Inner {
                     for d in &due {
                         let mut gc_done = None;
                         if let Some(target) = d.gc_through {
+                            // Not on a stream created again under the name since the checkpoint.
                             let uploaded: i64 = conn
-                                .query_row("SELECT uploaded_through FROM streams WHERE stream=?1", [&d.name], |r| {
-                                    r.get(0)
-                                })
+                                .query_row(
+                                    "SELECT uploaded_through FROM streams WHERE stream=?1 \
+                                     AND (?2 IS NULL OR created_at_ms=?2)",
+                                    rusqlite::params![&d.name, d.incarnation],
+                                    |r| r.get(0),
+                                )
                                 .unwrap_or(-1);
                             let through = target.min(uploaded);
                             if through >= 0 {

@@ -115,12 +115,33 @@ pub fn ensure_touch_state(conn: &Connection, stream: &str) -> Result<()> {
 }
 
 /// Moves the checkpoint, but only forward and only if the row still exists (B24: the
-/// reference's upsert can resurrect a deleted state or move it backwards).
-pub fn advance_touch_state(conn: &Connection, stream: &str, processed_through: i64) -> Result<bool> {
+/// reference's upsert can resurrect a deleted state or move it backwards). With
+/// `created_at_ms`, only while the stream is the one created then: a checkpoint of a stream
+/// that was deleted and created again under its name says nothing about the new one.
+pub fn advance_touch_state(
+    conn: &Connection,
+    stream: &str,
+    processed_through: i64,
+    created_at_ms: Option<i64>,
+) -> Result<bool> {
     let n = conn
-        .prepare_cached("UPDATE stream_touch_state SET processed_through=?1, updated_at_ms=?2 WHERE stream=?3 AND processed_through < ?1")?
-        .execute(params![processed_through, now_ms(), stream])?;
+        .prepare_cached(
+            "UPDATE stream_touch_state SET processed_through=?1, updated_at_ms=?2 WHERE stream=?3 AND processed_through < ?1 \
+             AND (?4 IS NULL OR EXISTS (SELECT 1 FROM streams WHERE stream=?3 AND created_at_ms=?4))",
+        )?
+        .execute(params![processed_through, now_ms(), stream, created_at_ms])?;
     Ok(n > 0)
+}
+
+/// Deletes the touch state of a stream that is gone (deleted, or marked deleted), not that of
+/// one created again under its name since.
+pub fn delete_touch_state_of_gone(conn: &Connection, stream: &str) -> Result<()> {
+    conn.prepare_cached(
+        "DELETE FROM stream_touch_state WHERE stream=?1 \
+         AND NOT EXISTS (SELECT 1 FROM streams WHERE stream=?1 AND (stream_flags & ?2) = 0)",
+    )?
+    .execute(params![stream, STREAM_FLAG_DELETED])?;
+    Ok(())
 }
 
 pub fn delete_touch_state(conn: &Connection, stream: &str) -> Result<()> {
@@ -176,7 +197,7 @@ mod tests {
         let back = read_profile(&c, "s").unwrap().unwrap().unwrap();
         assert_eq!(back, enabled());
         // Re-persisting does not move the checkpoint (M22).
-        advance_touch_state(&c, "s", 12).unwrap();
+        advance_touch_state(&c, "s", 12, None).unwrap();
         persist_profile(&c, "s", &enabled()).unwrap();
         assert_eq!(get_touch_state(&c, "s").unwrap().unwrap().processed_through, 12);
         // Disabling deletes it.
@@ -197,10 +218,20 @@ mod tests {
     fn the_checkpoint_only_moves_forward_and_is_not_resurrected() {
         let c = db_with_stream("application/json", 5);
         ensure_touch_state(&c, "s").unwrap();
-        assert!(advance_touch_state(&c, "s", 7).unwrap());
-        assert!(!advance_touch_state(&c, "s", 6).unwrap());
+        assert!(advance_touch_state(&c, "s", 7, None).unwrap());
+        assert!(!advance_touch_state(&c, "s", 6, None).unwrap());
+        assert!(advance_touch_state(&c, "s", 8, Some(0)).unwrap(), "the stream created at 0");
+        assert!(!advance_touch_state(&c, "s", 9, Some(1)).unwrap(), "a stream of that name created at 1 is gone");
+        assert_eq!(get_touch_state(&c, "s").unwrap().unwrap().processed_through, 8);
         delete_touch_state(&c, "s").unwrap();
-        assert!(!advance_touch_state(&c, "s", 9).unwrap(), "B24: a deleted state stays deleted");
+        assert!(!advance_touch_state(&c, "s", 9, None).unwrap(), "B24: a deleted state stays deleted");
+        // The state of a stream that is gone goes; that of one created again under the name stays.
+        ensure_touch_state(&c, "s").unwrap();
+        delete_touch_state_of_gone(&c, "s").unwrap();
+        assert!(get_touch_state(&c, "s").unwrap().is_some(), "the stream is there");
+        c.execute("UPDATE streams SET stream_flags = ?1", [STREAM_FLAG_DELETED]).unwrap();
+        delete_touch_state_of_gone(&c, "s").unwrap();
+        assert!(get_touch_state(&c, "s").unwrap().is_none(), "the stream is marked deleted");
         assert!(list_touch_states(&c).unwrap().is_empty());
     }
 }

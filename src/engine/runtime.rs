@@ -48,6 +48,13 @@ pub struct StreamRt {
     pub last_template_gc_ms: i64,
     /// The in-memory checkpoint; `None` until read from `stream_touch_state`.
     pub processed_through: Option<i64>,
+    /// `created_at_ms` of the stream the checkpoint and the row memory belong to (see
+    /// [`StreamRt::adopt_incarnation`]).
+    pub incarnation: Option<i64>,
+    /// Which adoption of a profile (counted engine-wide, an unchanged profile included) this
+    /// is: a batch that found its stream gone removes the runtime only if no profile was
+    /// adopted since it began (the stream may have been created again and configured).
+    pub profile_seq: u64,
     /// When the checkpoint was last written, and one reached since and not written yet.
     pub checkpoint_written_ms: i64,
     pub checkpoint_unwritten: Option<i64>,
@@ -81,6 +88,8 @@ impl StreamRt {
             zero_row_streak: 0,
             last_template_gc_ms: 0,
             processed_through: None,
+            incarnation: None,
+            profile_seq: 0,
             checkpoint_written_ms: 0,
             checkpoint_unwritten: None,
             busy: false,
@@ -99,6 +108,27 @@ impl StreamRt {
             .filter(|&(_, active_from)| through >= active_from)
             .map(|(k, _)| k)
             .collect()
+    }
+
+    /// Makes the checkpoint and what is remembered of rows belong to the stream as a batch
+    /// reads it: created at `created_at_ms`, `next_offset` its next offset, `stored_through`
+    /// the checkpoint in `stream_touch_state`. A stream deleted and created again under the
+    /// same name is another stream whose offsets restart at 0: when the creation time differs,
+    /// or the checkpoint is past the stream's end while the stored one is not, the old
+    /// checkpoint (with a write still held back), the rows' tuples and the WAL GC pacing are
+    /// dropped, and the batch starts from the stored checkpoint. Returns whether they were.
+    pub fn adopt_incarnation(&mut self, created_at_ms: i64, next_offset: i64, stored_through: Option<i64>) -> bool {
+        let recreated = self.incarnation.is_some_and(|c| c != created_at_ms)
+            || (self.processed_through.is_some_and(|p| p >= next_offset)
+                && stored_through.is_none_or(|s| s < next_offset));
+        if recreated {
+            self.processed_through = None;
+            self.checkpoint_unwritten = None;
+            self.tuples = TupleMemory::default();
+            self.gc = WalGcPacer::default();
+        }
+        self.incarnation = Some(created_at_ms);
+        recreated
     }
 
     /// The enabled touch config, if any (C6).
@@ -153,5 +183,34 @@ pub fn hot_limits(cfg: &TouchConfig) -> HotLimits {
         template_grace_ms: m.hot_template_ttl_ms.floor().max(1.0) as i64,
         max_keys: m.hot_max_keys.floor().max(1.0) as usize,
         max_templates: m.hot_max_templates.floor().max(1.0) as usize,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_incarnation_drops_the_checkpoint_and_the_row_memory() {
+        let mut rt = StreamRt::new(StateProtocolProfile { touch: None });
+        assert!(!rt.adopt_incarnation(100, 0, None), "the first stream seen");
+        rt.processed_through = Some(4);
+        rt.checkpoint_unwritten = Some(4);
+        rt.gc.last_through = 3;
+        assert!(!rt.adopt_incarnation(100, 5, Some(2)), "the same stream");
+        assert_eq!(rt.processed_through, Some(4));
+        // Another creation time: another stream, whatever its length.
+        assert!(rt.adopt_incarnation(101, 50, Some(-1)));
+        assert_eq!((rt.processed_through, rt.checkpoint_unwritten, rt.gc.last_through), (None, None, -1));
+        assert_eq!(rt.incarnation, Some(101));
+        // The same creation time but shorter than the checkpoint: created again in the same
+        // millisecond.
+        rt.processed_through = Some(9);
+        assert!(rt.adopt_incarnation(101, 3, Some(-1)));
+        assert_eq!(rt.processed_through, None);
+        // A stored checkpoint past the end as well is no restart (and must not loop).
+        rt.processed_through = Some(9);
+        assert!(!rt.adopt_incarnation(101, 3, Some(9)));
+        assert_eq!(rt.processed_through, Some(9));
     }
 }

@@ -197,3 +197,53 @@ fn a_stored_profile_that_stops_validating_leaves_the_stream_as_it_was() {
     let reply = rx.recv_timeout(Duration::from_secs(5)).unwrap().unwrap();
     assert!(reply.touched, "a change after the bad read still wakes: {reply:?}");
 }
+
+/// Appends `n` rows touching `public.t` and waits until the engine has processed them.
+fn append_settled(store: &Store, engine: &TouchEngine, n: usize) {
+    let row = r#"{"type":"public.t","key":"1","value":{"id":1},"headers":{"operation":"insert"}}"#;
+    append(store, &vec![row; n]);
+    let meta = blocking(|r| engine.meta("s", true, 5000.0, r)).unwrap();
+    assert!(meta.settled, "{meta:?}");
+}
+
+#[test]
+fn a_stream_deleted_and_created_again_is_processed_from_its_own_start() {
+    // The engine keeps the checkpoint in memory; a stream deleted and created again under
+    // the same name restarts its offsets at 0, and its first rows must not be taken for rows
+    // of the old stream the checkpoint already covers.
+    let (_d, store, engine) = setup();
+    append_settled(&store, &engine, 5);
+    let table = hex16(table_key(b"public.t"));
+    blocking(|r| store.delete_stream("s".into(), r)).unwrap();
+    blocking(|r| store.create_stream("s".into(), Some("application/json".into()), None, r)).unwrap();
+    engine.set_profile("s", &parse(r#"{"kind":"state-protocol","touch":{"enabled":true}}"#).unwrap()).unwrap();
+    for i in 0..3 {
+        let cursor = engine.cursor("s").unwrap();
+        let rx = wait(&engine, &format!(r#"{{"cursor":"{cursor}","keys":["{table}"],"timeoutMs":3000}}"#));
+        append(&store, &[r#"{"type":"public.t","key":"2","value":{"id":2},"headers":{"operation":"insert"}}"#]);
+        let reply = rx.recv_timeout(Duration::from_secs(5)).unwrap().unwrap();
+        assert!(reply.touched, "append {i} to the new stream: {reply:?}");
+    }
+    blocking(|r| engine.close(r)).unwrap();
+}
+
+#[test]
+fn a_deleted_stream_answers_its_parked_waits_at_once_and_its_cursors_are_stale_after() {
+    let (_d, store, engine) = setup();
+    append_settled(&store, &engine, 2);
+    let before = engine.cursor("s").unwrap();
+    let table = hex16(table_key(b"public.t"));
+    let body = format!(r#"{{"cursor":"{before}","keys":["{table}"],"timeoutMs":30000}}"#);
+    let parked = wait(&engine, &body);
+    blocking(|r| store.delete_stream("s".into(), r)).unwrap();
+    engine.notify("s");
+    let reply = parked.recv_timeout(Duration::from_secs(5)).expect("answered at once, not at its timeout").unwrap();
+    assert!(!reply.touched && !reply.stale, "{reply:?}");
+    assert_eq!(engine.cursor("s").unwrap_err().code(), "ERR_STREAM_NOT_FOUND");
+    // The name created again and configured: a cursor of the old stream is stale.
+    blocking(|r| store.create_stream("s".into(), Some("application/json".into()), None, r)).unwrap();
+    engine.set_profile("s", &parse(r#"{"kind":"state-protocol","touch":{"enabled":true}}"#).unwrap()).unwrap();
+    let reply = wait(&engine, &body).recv_timeout(Duration::from_secs(5)).unwrap().unwrap();
+    assert!(reply.stale, "{reply:?}");
+    blocking(|r| engine.close(r)).unwrap();
+}

@@ -237,7 +237,10 @@ impl Inner {
         let rt = st.streams.get_mut(stream).ok_or_else(|| Error::TouchNotEnabled("touch not enabled".into()))?;
         let (j, _) = rt.journal(cfg);
         let journal = j.meta();
-        let processed = rt.processed_through.or(state.map(|s| s.processed_through));
+        // Until a batch adopts a stream created again under the name, its checkpoint is the
+        // stored one (StreamRt::adopt_incarnation).
+        let mem = rt.processed_through.filter(|_| rt.incarnation.is_none_or(|c| c == stream_row.created_at_ms));
+        let processed = mem.or(state.map(|s| s.processed_through));
         let lag = processed.map(|p| (stream_row.next_offset - 1 - p).max(0)).unwrap_or(0);
         let runtime = runtime_view(rt, cfg);
         Ok(TouchMetaView {
