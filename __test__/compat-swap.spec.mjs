@@ -214,3 +214,15 @@ test("the swapped server delivers the invalidations the unswapped one loses (B1â
   for (const b of ["B2", "B3", "B4", "B5", "B6", "B7"]) assert.ok(lost[b].every((t) => !t), `unswapped ${b}: ${JSON.stringify(lost[b])}`);
   for (const b of ["B1", "B2", "B3", "B4", "B5", "B6", "B7"]) assert.ok(kept[b].every(Boolean), `swapped ${b}: ${JSON.stringify(kept[b])}`);
 }, { timeout: 90_000, skip: !referenceAvailable() });
+
+test("a stream deleted and created again, or with touch turned off and on, is served from its own start (as unswapped)", async () => {
+  const { plain, swapped } = serverCopies("plain", "swapped");
+  swap(swapped);
+  const expected = {
+    recreate: { statuses: [200, 200, 200], coarse: [true, true, true], fine: true },
+    recreateAfterPoll: { statuses: [200, 200, 200], coarse: [true, true, true], fine: true },
+    toggle: { statuses: [200, 200, 200], coarse: [true, true] },
+  };
+  assert.deepEqual(await runReference("swap-recreate", {}, { env: { APP_SRC: plain } }), expected, "unswapped");
+  assert.deepEqual(await runReference("swap-recreate", {}, { env: { APP_SRC: swapped } }), expected, "swapped");
+}, { timeout: 90_000, skip: !referenceAvailable() });

@@ -1,7 +1,7 @@
 // The Prisma Streams server's `TouchProcessorManager` (`touch/manager.ts`) on the native
 // engine. Same constructor, and every member the server calls (`start`, `stop`, `notify`,
 // `getMemoryStats`, `getTopStreams`); the touch routes (compat/routes.mjs, swapped in with it)
-// reach the engine through `engine`, `syncProfile`, `recordWaitMetrics` and
+// reach the engine through `engine`, `withProfile`, `recordWaitMetrics` and
 // `recordActivation`.
 //
 // The engine opens the server's own SQLite file with our `Store`. That is sound only because
@@ -112,6 +112,31 @@ export function createTouchProcessorManager(host = {}) {
       if (this.engine.getTouchConfig(stream) !== null) this.known.add(stream);
     }
 
+    /**
+     * Runs `call()` (an engine call for `stream`, whose profile the server says has touch) and
+     * returns what it returns, a promise or a value. The engine may have dropped the stream's
+     * touch config since `syncProfile` last saw it (the stream was deleted and created again,
+     * or touch turned off and on, within the engine's profile poll): then the engine re-reads
+     * the profile and `call()` runs once more.
+     */
+    withProfile(stream, call) {
+      this.syncProfile(stream);
+      const again = (e) => {
+        if (e?.code !== "ERR_TOUCH_NOT_ENABLED") throw e;
+        this.known.delete(stream);
+        this.engine.reloadProfiles([stream]);
+        this.syncProfile(stream);
+        return call();
+      };
+      let out;
+      try {
+        out = call();
+      } catch (e) {
+        return again(e);
+      }
+      return typeof out?.then === "function" ? out.then(undefined, again) : out;
+    }
+
     getMemoryStats() {
       const m = this.engine.memoryStats(0).memory;
       return {
@@ -146,8 +171,8 @@ export function createTouchProcessorManager(host = {}) {
 
     /** The reference manager's activation member, for any caller other than the routes. */
     activateTemplates({ stream, touchCfg, templates, inactivityTtlMs }) {
-      this.syncProfile(stream);
-      const res = this.engine.activateTemplates(stream, templates, inactivityTtlMs === undefined ? undefined : { inactivityTtlMs });
+      const options = inactivityTtlMs === undefined ? undefined : { inactivityTtlMs };
+      const res = this.withProfile(stream, () => this.engine.activateTemplates(stream, templates, options));
       this.recordActivation(stream, touchCfg, res);
       return { activated: res.activated, denied: res.denied };
     }

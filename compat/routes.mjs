@@ -84,8 +84,7 @@ async function handleActivate(args, touchCfg) {
   const options = ttl === undefined ? undefined : { inactivityTtlMs: typeof ttl === "number" ? ttl : NaN };
   let res;
   try {
-    touchManager.syncProfile(stream);
-    res = touchManager.engine.activateTemplates(stream, body?.templates, options);
+    res = touchManager.withProfile(stream, () => touchManager.engine.activateTemplates(stream, body?.templates, options));
   } catch (e) {
     return errorResponse(e, respond);
   }
@@ -174,8 +173,8 @@ async function handleMeta(args) {
   const timeoutMs = metaTimeout(url.searchParams.get("timeoutMs"));
   if (timeoutMs == null) return respond.badRequest("meta.timeoutMs must be a number (ms)");
   try {
-    touchManager.syncProfile(stream);
-    const meta = touchManager.engine.meta(stream, settle === "flush" ? { settle: "flush", timeoutMs } : undefined);
+    const options = settle === "flush" ? { settle: "flush", timeoutMs } : undefined;
+    const meta = touchManager.withProfile(stream, () => touchManager.engine.meta(stream, options));
     const m = await unlessAborted(meta, settle === "flush" ? req.signal : null, () => null);
     if (m === null) return NO_CONTENT();
     return respond.json(200, metaPayload(m));
@@ -197,8 +196,7 @@ async function handleWait(args, touchCfg) {
   }
   let r;
   try {
-    touchManager.syncProfile(stream);
-    r = await touchManager.engine.wait(request);
+    r = await touchManager.withProfile(stream, () => touchManager.engine.wait(request));
   } catch (e) {
     if (e?.code === "ERR_ABORTED") return NO_CONTENT();
     return errorResponse(e, respond);
@@ -231,7 +229,7 @@ export function createStateProtocolTouchRoute(host) {
     const { route, profile, respond, touchManager } = args;
     const touchCfg = getStateProtocolTouchConfig(profile);
     if (!touchCfg) return respond.notFound("touch not enabled");
-    if (typeof touchManager?.syncProfile !== "function") {
+    if (typeof touchManager?.withProfile !== "function") {
       throw new Error("the touch routes are swapped but touch/manager.ts is not: run `npx durable-touch swap` again");
     }
     if (route.kind === "templates_activate") return handleActivate(args, touchCfg);
