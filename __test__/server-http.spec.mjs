@@ -5,6 +5,7 @@ import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { test, dt, tempDir, sleep } from "./harness.mjs";
 import { startServer } from "../lib/server.mjs";
+import { encodeOffset } from "../lib/offsets.mjs";
 import { rng } from "./support/random-cases.mjs";
 
 const { keys } = dt;
@@ -116,6 +117,8 @@ test("bad requests get a JSON error with a code", async () => {
     [fetch(u("/v1/stream/todos/touch/meta?settle=soon")), 400, "ERR_INVALID_ARGUMENT"],
     [fetch(u("/v1/stream/todos"), { method: "POST", headers: JSON_HEADERS, body: "x".repeat(11 * 1024 * 1024) }), 413, "ERR_PAYLOAD_TOO_LARGE"],
     [fetch(u("/v1/stream/todos"), { method: "POST", headers: { ...JSON_HEADERS, "stream-expected-offset": "99" }, body: JSON.stringify(insert(1, "t")) }), 409, "ERR_SEQ_MISMATCH"],
+    // Past any offset a stream reaches (it was a 400 naming an internal option).
+    [fetch(u("/v1/stream/todos"), { method: "POST", headers: { ...JSON_HEADERS, "stream-expected-offset": "18446744073709551615" }, body: JSON.stringify(insert(1, "t")) }), 409, "ERR_SEQ_MISMATCH"],
     [fetch(u("/v1/stream/todos"), { method: "PUT", headers: { "content-type": "text/plain" } }), 409, "ERR_STREAM_EXISTS"],
     [fetch(u("/v1/nothing")), 404, "ERR_NOT_FOUND"],
   ];
@@ -124,7 +127,15 @@ test("bad requests get a JSON error with a code", async () => {
     assert.equal(r.status, status);
     const body = await r.json();
     assert.equal(body.error.code, code, body.error.message);
+    if (code === "ERR_SEQ_MISMATCH") assert.equal(r.headers.get("stream-expected-offset"), "0");
   }
+  // An offset past any a stream reaches reads nothing, as any offset past the tail.
+  const far = encodeOffset(0, 1n << 63n);
+  const r = await fetch(u(`/v1/stream/todos?offset=${far}`));
+  assert.equal(r.status, 200);
+  assert.deepEqual(await r.json(), []);
+  assert.equal(r.headers.get("stream-next-offset"), far);
+  assert.equal(r.headers.get("stream-up-to-date"), "true");
   await server.close();
 });
 
@@ -203,3 +214,40 @@ test("SIGINT closes the server cleanly: pending waits are answered and the proce
   assert.equal((await r.json()).touched, false);
   assert.deepEqual(await exited, { code: 0, signal: null });
 }, { timeout: 30_000 });
+
+test("an embedder's request body stream of any byte chunks is read as it is, anything else refused", async () => {
+  // createHandler() serves Requests an embedder builds: their bodies may be streams of views
+  // other than Uint8Array (read as the bytes they view), or of non-bytes (a 400, not a store
+  // of zeros or an unbounded read).
+  const { createHandler } = await import("../lib/server.mjs");
+  const store = dt.Store.open(":memory:");
+  const engine = new dt.TouchEngine(store, {});
+  const handler = createHandler({ store, engine, bodyLimit: 16 });
+  const headers = { "content-type": "application/octet-stream" };
+  const post = (chunks) =>
+    handler.fetch(
+      new Request("http://x/v1/stream/b", {
+        method: "POST",
+        headers,
+        duplex: "half",
+        body: new ReadableStream({
+          start(c) {
+            for (const x of chunks) c.enqueue(x);
+            c.close();
+          },
+        }),
+      }),
+    );
+  assert.equal((await handler.fetch(new Request("http://x/v1/stream/b", { method: "PUT", headers }))).status, 201);
+  const bytes = new Uint8Array([0, 1, 2, 3, 4, 5, 6, 7]);
+  assert.equal((await post([new DataView(bytes.buffer, 2, 3), bytes.subarray(5)])).status, 204);
+  assert.equal((await post([bytes.buffer.slice(0, 2)])).status, 204);
+  const refused = await post(["abc"]);
+  assert.equal(refused.status, 400);
+  assert.equal((await refused.json()).error.message, "request body chunks must be bytes");
+  assert.equal((await post([new Uint8Array(10), new Uint8Array(10)])).status, 413);
+  const rows = await store.read("b", { from: 0n, limit: 10 });
+  assert.deepEqual(rows.map((r) => [...r.payload]), [[2, 3, 4, 5, 6, 7], [0, 1]]);
+  await engine.close();
+  await store.close();
+});

@@ -52,12 +52,15 @@ const json = (status, body, headers = {}) =>
   });
 
 function errorResponse(e) {
-  if (e instanceof HttpError) return json(e.status, { error: { code: e.code, message: e.message } });
+  const headers = e?.code === "ERR_SEQ_MISMATCH" && e.expectedNext !== undefined ? { "stream-expected-offset": String(e.expectedNext) } : {};
+  if (e instanceof HttpError) return json(e.status, { error: { code: e.code, message: e.message } }, headers);
   const status = STATUS[e?.code] ?? 500;
   const code = status === 500 ? (e?.code ?? "ERR_INTERNAL") : e.code;
-  const headers = e?.code === "ERR_SEQ_MISMATCH" && e.expectedNext !== undefined ? { "stream-expected-offset": String(e.expectedNext) } : {};
   return json(status, { error: { code, message: String(e?.message ?? e) } }, headers);
 }
+
+/** The largest offset a stream holds (SQLite's 64-bit integers). */
+const MAX_OFFSET = (1n << 63n) - 1n;
 
 const badRequest = (message) => new HttpError(400, "ERR_INVALID_ARGUMENT", message);
 
@@ -92,12 +95,23 @@ async function readCapped(stream, limit, tooLarge) {
   for (;;) {
     const { done, value } = await reader.read();
     if (done) break;
-    size += value.byteLength;
+    // Runtimes' own servers give Uint8Arrays; a Request built by an embedder may carry any
+    // stream.
+    const bytes = ArrayBuffer.isView(value)
+      ? new Uint8Array(value.buffer, value.byteOffset, value.byteLength)
+      : value instanceof ArrayBuffer
+        ? new Uint8Array(value)
+        : null;
+    if (bytes === null) {
+      reader.cancel().catch(() => {});
+      throw badRequest("request body chunks must be bytes");
+    }
+    size += bytes.byteLength;
     if (size > limit) {
       reader.cancel().catch(() => {});
       throw tooLarge();
     }
-    chunks.push(value);
+    chunks.push(bytes);
   }
   const out = new Uint8Array(size);
   let at = 0;
@@ -301,6 +315,12 @@ export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024 }) {
       if (expected != null) {
         if (!/^(0|[1-9][0-9]*)$/.test(expected.trim())) throw badRequest("invalid Stream-Expected-Offset");
         options.expectedOffset = BigInt(expected.trim());
+        // Past any offset a stream can reach: the mismatch the store would report.
+        if (options.expectedOffset > MAX_OFFSET) {
+          const e = new HttpError(409, "ERR_SEQ_MISMATCH", `sequence mismatch on stream ${name}: expected offset ${options.expectedOffset}, stream is at ${info.nextOffset}`);
+          e.expectedNext = info.nextOffset;
+          throw e;
+        }
       }
       const ack = await store.append(name, payloads, options);
       return new Response(null, { status: 204, headers: { "stream-next-offset": encodeOffset(info.epoch, ack.lastOffset) } });
@@ -313,7 +333,8 @@ export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024 }) {
       const limitParam = url.searchParams.get("limit");
       const limit = limitParam == null ? 1000 : Number(limitParam);
       if (!Number.isInteger(limit) || limit < 1 || limit > 100000) throw badRequest("invalid limit");
-      const rows = await store.read(name, { from: after.seq + 1n, limit });
+      // An offset past any a stream can reach reads nothing, as any offset past the tail.
+      const rows = after.seq >= MAX_OFFSET ? [] : await store.read(name, { from: after.seq + 1n, limit });
       const lastSeen = rows.length ? rows[rows.length - 1].offset : after.seq;
       const headers = { "stream-next-offset": encodeOffset(info.epoch, lastSeen), "stream-end-offset": encodeOffset(info.epoch, info.nextOffset - 1n) };
       if (lastSeen >= info.nextOffset - 1n) headers["stream-up-to-date"] = "true";
