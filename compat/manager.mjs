@@ -124,7 +124,6 @@ export function createTouchProcessorManager(host = {}) {
       const again = (e) => {
         if (e?.code !== "ERR_TOUCH_NOT_ENABLED") throw e;
         this.known.delete(stream);
-        this.engine.reloadProfiles([stream]);
         this.syncProfile(stream);
         return call();
       };

@@ -93,11 +93,13 @@ pub fn read_profile(
     }))
 }
 
-/// Every stream with kind `state-protocol`, ordered by name (M22 `listStreamsByProfile`).
+/// Every stream with kind `state-protocol` that is not marked deleted, ordered by name (M22
+/// `listStreamsByProfile`; a stream the host marked deleted keeps its row until it is created
+/// again, and is no longer processed).
 pub fn list_state_protocol_streams(conn: &Connection) -> Result<Vec<String>> {
     Ok(conn
-        .prepare_cached("SELECT stream FROM streams WHERE profile=?1 ORDER BY stream ASC")?
-        .query_map([STATE_PROTOCOL], |r| r.get(0))?
+        .prepare_cached("SELECT stream FROM streams WHERE profile=?1 AND (stream_flags & ?2) = 0 ORDER BY stream ASC")?
+        .query_map(params![STATE_PROTOCOL, STREAM_FLAG_DELETED], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?)
 }
 
@@ -204,6 +206,8 @@ mod tests {
         persist_profile(&c, "s", &StateProtocolProfile { touch: None }).unwrap();
         assert!(get_touch_state(&c, "s").unwrap().is_none());
         assert_eq!(list_state_protocol_streams(&c).unwrap(), ["s"]);
+        c.execute("UPDATE streams SET stream_flags = ?1", [STREAM_FLAG_DELETED]).unwrap();
+        assert!(list_state_protocol_streams(&c).unwrap().is_empty(), "a stream marked deleted is not listed");
     }
 
     #[test]
