@@ -251,3 +251,26 @@ test("an embedder's request body stream of any byte chunks is read as it is, any
   await engine.close();
   await store.close();
 });
+
+test("a read page holds at most 1 MiB of payloads (at least one row); following the offsets reads every row", async () => {
+  const { server, u } = await setup();
+  const headers = { "content-type": "application/octet-stream" };
+  assert.equal((await fetch(u("/v1/stream/big"), { method: "PUT", headers })).status, 201);
+  const sizes = [300_000, 300_000, 300_000, 300_000, 2_000_000, 10];
+  for (const [i, n] of sizes.entries()) {
+    const r = await fetch(u("/v1/stream/big"), { method: "POST", headers, body: new Uint8Array(n).fill(i + 1) });
+    assert.equal(r.status, 204);
+  }
+  const pages = [];
+  let offset = "-1";
+  for (let guard = 0; guard < 10; guard++) {
+    const r = await fetch(u(`/v1/stream/big?offset=${offset}&limit=100`));
+    const body = new Uint8Array(await r.arrayBuffer());
+    pages.push(body.length);
+    offset = r.headers.get("stream-next-offset");
+    if (r.headers.get("stream-up-to-date") === "true") break;
+  }
+  // Three rows of 300,000 fit in 1 MiB, a fourth does not; a 2 MB row comes alone.
+  assert.deepEqual(pages, [900_000, 300_000, 2_000_000, 10]);
+  await server.close();
+});

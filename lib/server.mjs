@@ -59,6 +59,13 @@ function errorResponse(e) {
   return json(status, { error: { code, message: String(e?.message ?? e) } }, headers);
 }
 
+/**
+ * The most payload bytes one read answers (at least one row), the reference's
+ * `DS_READ_MAX_BYTES` default: a reader pages on through `stream-next-offset`, and concurrent
+ * readers of large rows cannot make the server hold pages of the store's 64 MiB read cap.
+ */
+const READ_MAX_BYTES = 1024 * 1024;
+
 /** The largest offset a stream holds (SQLite's 64-bit integers). */
 const MAX_OFFSET = (1n << 63n) - 1n;
 
@@ -334,7 +341,7 @@ export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024 }) {
       const limit = limitParam == null ? 1000 : Number(limitParam);
       if (!Number.isInteger(limit) || limit < 1 || limit > 100000) throw badRequest("invalid limit");
       // An offset past any a stream can reach reads nothing, as any offset past the tail.
-      const rows = after.seq >= MAX_OFFSET ? [] : await store.read(name, { from: after.seq + 1n, limit });
+      const rows = after.seq >= MAX_OFFSET ? [] : await store.read(name, { from: after.seq + 1n, limit, maxBytes: READ_MAX_BYTES });
       const lastSeen = rows.length ? rows[rows.length - 1].offset : after.seq;
       const headers = { "stream-next-offset": encodeOffset(info.epoch, lastSeen), "stream-end-offset": encodeOffset(info.epoch, info.nextOffset - 1n) };
       if (lastSeen >= info.nextOffset - 1n) headers["stream-up-to-date"] = "true";
