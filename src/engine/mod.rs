@@ -576,19 +576,61 @@ impl Inner {
             }
         }
         if all {
-            let gone: Vec<String> = {
+            // Streams with touch no longer listed: deleted, or no longer state-protocol.
+            let gone: Vec<(String, u64)> = {
                 let st = self.state.lock();
                 st.streams
                     .iter()
                     .filter(|(n, rt)| rt.touch().is_some() && !listed.contains(*n))
-                    .map(|(n, _)| n.clone())
+                    .map(|(n, rt)| (n.clone(), rt.profile_seq))
                     .collect()
             };
-            for stream in gone {
-                self.adopt_profile(&stream, StateProtocolProfile { touch: None });
+            if gone.is_empty() {
+                return Ok(());
+            }
+            let names: Vec<String> = gone.iter().map(|(n, _)| n.clone()).collect();
+            let live: Vec<bool> = blocking(|r| {
+                self.store.query(
+                    move |conn| {
+                        names
+                            .iter()
+                            .map(|n| Ok(crate::store::query_stream(conn, n)?.is_some_and(|s| !s.is_deleted())))
+                            .collect()
+                    },
+                    r,
+                )
+            })?;
+            for ((stream, seq), live) in gone.into_iter().zip(live) {
+                if live {
+                    self.adopt_profile(&stream, StateProtocolProfile { touch: None });
+                } else {
+                    self.drop_gone_stream(&stream, seq);
+                }
             }
         }
         Ok(())
+    }
+
+    /// M3: the stream is gone (deleted, or marked deleted). Its runtime goes, unless a profile
+    /// with touch was adopted since `profile_seq` was read (the stream created again and
+    /// configured meanwhile); its journal answers the waits parked on it at once (their
+    /// cursors are stale on a stream created later); its touch state goes unless the name
+    /// holds a stream again.
+    pub(crate) fn drop_gone_stream(&self, name: &str, profile_seq: u64) {
+        let removed = {
+            let mut st = self.state.lock();
+            let current = st.streams.get(name).is_some_and(|rt| rt.profile_seq == profile_seq || rt.touch().is_none());
+            if current {
+                st.streams.remove(name)
+            } else {
+                None
+            }
+        };
+        if let Some(journal) = removed.and_then(|rt| rt.journal) {
+            journal.stop();
+        }
+        let n = name.to_string();
+        self.store.write(move |c| profile::delete_touch_state_of_gone(c, &n), Box::new(|_| {}));
     }
 
     /// Wakes the loop without marking a stream dirty.

@@ -261,26 +261,9 @@ impl Inner {
         let (row, state) = blocking(|r| {
             self.store.query(move |c| Ok((crate::store::query_stream(c, &n)?, profile::get_touch_state(c, &n)?)), r)
         })?;
-        // M3: the stream is gone. Its runtime goes (unless a profile with touch was adopted
-        // since this batch began: the stream created again and configured), and its journal
-        // answers the waits parked on it at once; their cursors are stale on a stream created
-        // later.
+        // M3: the stream is gone.
         let Some(row) = row.filter(|r| r.stream_flags & STREAM_FLAG_DELETED == 0) else {
-            let removed = {
-                let mut st = self.state.lock();
-                let current =
-                    st.streams.get(name).is_some_and(|rt| rt.profile_seq == profile_seq || rt.touch().is_none());
-                if current {
-                    st.streams.remove(name)
-                } else {
-                    None
-                }
-            };
-            if let Some(journal) = removed.and_then(|rt| rt.journal) {
-                journal.stop();
-            }
-            let n = name.to_string();
-            self.store.write(move |c| profile::delete_touch_state_of_gone(c, &n), Box::new(|_| {}));
+            self.drop_gone_stream(name, profile_seq);
             return Ok(false);
         };
         let recreated = self.state.lock().streams.get_mut(name).is_some_and(|rt| {

@@ -7,7 +7,7 @@ use super::wait::{WaitArgs, WaitReply};
 use super::*;
 use crate::jscompat::json::parse;
 use crate::keys::{hex16, key_id, table_key, template_id, watch_key};
-use crate::store::{AppendRequest, StoreOptions};
+use crate::store::{AppendRequest, StoreOptions, STREAM_FLAG_DELETED};
 
 fn setup() -> (tempfile::TempDir, Store, TouchEngine) {
     let dir = tempfile::tempdir().unwrap();
@@ -245,5 +245,41 @@ fn a_deleted_stream_answers_its_parked_waits_at_once_and_its_cursors_are_stale_a
     engine.set_profile("s", &parse(r#"{"kind":"state-protocol","touch":{"enabled":true}}"#).unwrap()).unwrap();
     let reply = wait(&engine, &body).recv_timeout(Duration::from_secs(5)).unwrap().unwrap();
     assert!(reply.stale, "{reply:?}");
+    blocking(|r| engine.close(r)).unwrap();
+}
+
+#[test]
+fn a_stream_the_host_marks_deleted_is_dropped_by_the_profile_poll() {
+    // A host that deletes streams itself (the swapped server marks them deleted, then removes
+    // them when the name is created again) tells the engine nothing: its profile poll finds
+    // the stream gone, drops it and answers the waits parked on it.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("e.sqlite").to_str().unwrap(), StoreOptions::default()).unwrap();
+    blocking(|r| store.create_stream("s".into(), Some("application/json".into()), None, r)).unwrap();
+    let engine = TouchEngine::open(
+        store.clone(),
+        EngineOptions { check_interval_ms: 0, profile_poll_ms: 20, ..Default::default() },
+    )
+    .unwrap();
+    engine.set_profile("s", &parse(r#"{"kind":"state-protocol","touch":{"enabled":true}}"#).unwrap()).unwrap();
+    let parked = wait(&engine, r#"{"cursor":"now","keyIds":[1],"timeoutMs":30000}"#);
+    blocking(|r| {
+        store.write(
+            |c| {
+                c.execute(
+                    "UPDATE streams SET stream_flags = stream_flags | ?1 WHERE stream = 's'",
+                    [STREAM_FLAG_DELETED],
+                )?;
+                Ok(())
+            },
+            r,
+        )
+    })
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    engine.notify("t"); // any notify runs the loop, whose poll is then due
+    let reply = parked.recv_timeout(Duration::from_secs(5)).expect("answered by the poll").unwrap();
+    assert!(!reply.touched);
+    assert!(engine.profile("s").is_none(), "the runtime is gone");
     blocking(|r| engine.close(r)).unwrap();
 }
