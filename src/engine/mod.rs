@@ -38,6 +38,7 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex};
+use rusqlite::OptionalExtension;
 
 use crate::error::{Error, Result};
 use crate::journal::{wall_ms, Journal};
@@ -362,8 +363,15 @@ impl TouchEngine {
                 move |conn| {
                     // T5 (B4): a new template covers every row not yet processed, not only rows
                     // appended after now, so that a change racing the activation is not missed.
-                    let next: i64 =
-                        conn.query_row("SELECT next_offset FROM streams WHERE stream=?1", [&name], |r| r.get(0))?;
+                    // The stream may have been deleted since the config was read.
+                    let next: i64 = conn
+                        .query_row(
+                            "SELECT next_offset FROM streams WHERE stream=?1 AND (stream_flags & ?2) = 0",
+                            rusqlite::params![&name, crate::store::STREAM_FLAG_DELETED],
+                            |r| r.get(0),
+                        )
+                        .optional()?
+                        .ok_or_else(|| Error::StreamNotFound { stream: name.clone() })?;
                     let processed =
                         profile::get_touch_state(conn, &name)?.map(|s| s.processed_through + 1).unwrap_or(next);
                     let active_from = processed.min(next);
@@ -395,11 +403,13 @@ impl TouchEngine {
     /// Such rows get the new templates' keys and the catch-all instead: the rows processed
     /// already (the checkpoint in memory runs ahead of the stored one `active_from` comes
     /// from) now, before the activation returns; those of a running batch with that batch's
-    /// own touches, or when it ends (`late_templates`).
+    /// own touches, or when it ends (`late_templates`). A template that was active already
+    /// needs none of this.
     fn cover_activation(&self, stream: &str, out: &ActivateOutcome, active_from: i64) {
         let keys: Vec<u32> = out
             .activated
             .iter()
+            .filter(|a| !a.was_active)
             .filter_map(|a| crate::keys::template_bits(&a.template_id))
             .map(|bits| crate::keys::key_id(crate::keys::template_key(bits)))
             .collect();

@@ -57,6 +57,10 @@ impl Default for TemplateLimits {
 pub struct Activated {
     pub template_id: String,
     pub active_from_touch_offset: String,
+    /// It was active before this call (which only refreshed it): every batch since its
+    /// activation has emitted its keys, so there is nothing to catch up (not part of the JS
+    /// result).
+    pub was_active: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -334,6 +338,7 @@ impl TemplateRegistry {
             out.activated.push(Activated {
                 template_id: id.clone(),
                 active_from_touch_offset: a.active_from_touch_offset.into(),
+                was_active: already_active,
             });
             out.lifecycle.push(LifecycleEvent::Activated {
                 ts: to_iso_string(a.now_ms as f64),

@@ -168,6 +168,20 @@ fn an_activation_during_a_batch_touches_the_new_template_key_after_it() {
     assert!(touched_since(g2, tkey(&d)), "before the activation returned");
     assert_eq!(engine.inner.state.lock().streams["s"].late_templates, [(tkey(&d), 0)]);
     engine.inner.end_batch("s");
+
+    // Activating a template that is active already (a client's heartbeat) only refreshes it:
+    // every batch since its activation emitted its keys, so nothing is touched (its template
+    // key and the catch-all would wake every waiter of the template).
+    let j = engine.inner.state.lock().streams["s"].journal.clone().unwrap();
+    j.flush();
+    let g3 = generation();
+    engine.inner.state.lock().streams.get_mut("s").unwrap().busy = true;
+    let (again, _) = engine.activate_templates("s", &[decl("rank")], None).unwrap();
+    assert_eq!(tkey(&again), tkey(&d));
+    assert!(engine.inner.state.lock().streams["s"].late_templates.is_empty());
+    engine.inner.end_batch("s");
+    j.flush();
+    assert!(!j.maybe_touched_since_any(&[tkey(&d)], g3) && !j.maybe_touched_since_any(&[catch_all_key_id()], g3));
     blocking(|r| engine.close(r)).unwrap();
 }
 
@@ -281,5 +295,20 @@ fn a_stream_the_host_marks_deleted_is_dropped_by_the_profile_poll() {
     let reply = parked.recv_timeout(Duration::from_secs(5)).expect("answered by the poll").unwrap();
     assert!(!reply.touched);
     assert!(engine.profile("s").is_none(), "the runtime is gone");
+    blocking(|r| engine.close(r)).unwrap();
+}
+
+#[test]
+fn an_activation_on_a_stream_deleted_behind_the_engines_back_is_not_found() {
+    // The engine learns of a delete at its next batch; an activation in between found no
+    // stream row and failed as a storage error (a 500 over HTTP).
+    let (_d, store, engine) = setup();
+    blocking(|r| store.delete_stream("s".into(), r)).unwrap();
+    let decl = templates::TemplateDecl {
+        entity: "public.posts".into(),
+        fields: vec![templates::FieldDecl { name: "status".into(), encoding: "string".into() }],
+    };
+    let err = engine.activate_templates("s", &[decl], None).unwrap_err();
+    assert_eq!(err.code(), "ERR_STREAM_NOT_FOUND", "{err}");
     blocking(|r| engine.close(r)).unwrap();
 }

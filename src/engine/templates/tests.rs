@@ -51,7 +51,8 @@ fn activation_canonicalizes_fields_and_stores_the_reference_row() {
         out.activated,
         vec![Activated {
             template_id: "87e41f4a8d440298".into(),
-            active_from_touch_offset: "0123456789abcdef:0".into()
+            active_from_touch_offset: "0123456789abcdef:0".into(),
+            was_active: false,
         }]
     );
     let row: (String, String, String, String, i64, i64, i64) = c
