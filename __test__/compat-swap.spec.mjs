@@ -222,6 +222,7 @@ test("a stream deleted and created again, or with touch turned off and on, is se
     recreate: { statuses: [200, 200, 200], coarse: [true, true, true], fine: true },
     recreateAfterPoll: { statuses: [200, 200, 200], coarse: [true, true, true], fine: true },
     toggle: { statuses: [200, 200, 200], coarse: [true, true] },
+    offAppendOn: { statuses: [200, 200, 200], coarse: [true] },
   };
   assert.deepEqual(await runReference("swap-recreate", {}, { env: { APP_SRC: plain } }), expected, "unswapped");
   assert.deepEqual(await runReference("swap-recreate", {}, { env: { APP_SRC: swapped } }), expected, "swapped");

@@ -105,11 +105,17 @@ export function createTouchProcessorManager(host = {}) {
       if (!this.stopped) this.engine.notify(stream);
     }
 
-    /** Makes sure the engine knows a stream the server's profile says has touch. */
-    syncProfile(stream) {
-      if (this.known.has(stream)) return;
-      if (this.engine.getTouchConfig(stream) === null) this.engine.reloadProfiles([stream]);
-      if (this.engine.getTouchConfig(stream) !== null) this.known.add(stream);
+    /**
+     * Makes sure the engine has touch on for a stream the server's profile says has it:
+     * re-reads the stream's profile unless it did so before, or when `again` (the engine
+     * answered `ERR_TOUCH_NOT_ENABLED`: it adopted a profile with touch off since).
+     */
+    syncProfile(stream, again = false) {
+      if (!again && this.known.has(stream)) return;
+      const enabled = () => this.engine.getTouchConfig(stream)?.enabled === true;
+      if (again || !enabled()) this.engine.reloadProfiles([stream]);
+      if (enabled()) this.known.add(stream);
+      else this.known.delete(stream);
     }
 
     /**
@@ -123,8 +129,7 @@ export function createTouchProcessorManager(host = {}) {
       this.syncProfile(stream);
       const again = (e) => {
         if (e?.code !== "ERR_TOUCH_NOT_ENABLED") throw e;
-        this.known.delete(stream);
-        this.syncProfile(stream);
+        this.syncProfile(stream, true);
         return call();
       };
       let out;

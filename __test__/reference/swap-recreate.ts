@@ -11,6 +11,7 @@
 //   templated watch-key wait woken by one append.
 // - toggle: touch turned off and on again through `/_profile` at once; meta and a wait
 //   right after, then a table-key wait woken by one append.
+// - offAppendOn: the same with a row appended while touch is off.
 //
 // Output: per scenario, the statuses of the touch routes and what each parked wait answered.
 import { mkdtempSync, rmSync } from "node:fs";
@@ -82,11 +83,25 @@ async function toggle(stream: string) {
   return { statuses, coarse: [first, after] };
 }
 
+/** Touch off, a row appended while it is off (the swapped engine adopts the profile without
+ * touch), touch on again. */
+async function offAppendOn(stream: string) {
+  ok(await srv.call(`/v1/stream/${stream}`, "PUT"), `create ${stream}`);
+  ok(await srv.call(`/v1/stream/${stream}/_profile`, "POST", PROFILE(false)), "off");
+  await append(srv, stream, [insert("a")]);
+  await sleep(100);
+  ok(await srv.call(`/v1/stream/${stream}/_profile`, "POST", PROFILE(true)), "on");
+  const statuses = await routeStatuses(stream);
+  const after = await wokenByAppend(stream, { keys: [TABLE], interestMode: "coarse" }, "b");
+  return { statuses, coarse: [after] };
+}
+
 try {
   output({
     recreate: await recreate("re", 0),
     recreateAfterPoll: await recreate("re2", 1200),
     toggle: await toggle("tg"),
+    offAppendOn: await offAppendOn("oa"),
   });
 } finally {
   await srv.close();
