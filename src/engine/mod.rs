@@ -600,15 +600,7 @@ impl Inner {
             }
             let names: Vec<String> = gone.iter().map(|(n, _)| n.clone()).collect();
             let live: Vec<bool> = blocking(|r| {
-                self.store.query(
-                    move |conn| {
-                        names
-                            .iter()
-                            .map(|n| Ok(crate::store::query_stream(conn, n)?.is_some_and(|s| !s.is_deleted())))
-                            .collect()
-                    },
-                    r,
-                )
+                self.store.query(move |conn| names.iter().map(|n| crate::store::stream_is_live(conn, n)).collect(), r)
             })?;
             for ((stream, seq), live) in gone.into_iter().zip(live) {
                 if live {

@@ -558,7 +558,7 @@ impl Inner {
     /// written late only means a restart processes a few rows again.
     fn set_checkpoint(&self, name: &str, through: i64, previous: Option<i64>) {
         let now = wall_ms();
-        let write = {
+        let (write, incarnation) = {
             let mut st = self.state.lock();
             let Some(rt) = st.streams.get_mut(name) else { return };
             if rt.processed_through.is_none_or(|p| through > p) {
@@ -576,7 +576,8 @@ impl Inner {
             (through, rt.incarnation)
         };
         let n = name.to_string();
-        self.store.write(move |c| profile::advance_touch_state(c, &n, write.0, write.1).map(|_| ()), Box::new(|_| {}));
+        self.store
+            .write(move |c| profile::advance_touch_state(c, &n, write, incarnation).map(|_| ()), Box::new(|_| {}));
     }
 
     /// Writes the checkpoints [`Inner::set_checkpoint`] held back, in one commit; `Ok(())` once

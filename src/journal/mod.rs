@@ -231,13 +231,7 @@ impl<W: Waker> Journal<W> {
             if !core.flush_due {
                 return false;
             }
-            core.flush_due = false;
-            let flushed = core.state.flush(now, &mut out);
-            if std::mem::take(&mut core.expire_after_flush) {
-                core.state.expire(mono_now(), &mut out);
-            }
-            self.inner.sync_timers(&mut core);
-            flushed
+            self.inner.flush_locked(&mut core, now, &mut out)
         };
         deliver(out);
         flushed
@@ -320,13 +314,7 @@ impl<W: Waker> Journal<W> {
             if let Some(armed) = core.flush_timer.take() {
                 timer::cancel(armed.key);
             }
-            core.flush_due = false;
-            let flushed = core.state.flush(now, &mut out);
-            if std::mem::take(&mut core.expire_after_flush) {
-                core.state.expire(mono_now(), &mut out);
-            }
-            self.inner.sync_timers(&mut core);
-            flushed
+            self.inner.flush_locked(&mut core, now, &mut out)
         };
         deliver(out);
         flushed
@@ -447,6 +435,31 @@ impl<W: Waker> Journal<W> {
 }
 
 impl<W: Waker> Inner<W> {
+    /// Flushes the pending bucket (a handed-off flush is done with), then expires the deadlines
+    /// that waited for it, and keeps the timers in step. Returns whether a generation was
+    /// produced.
+    fn flush_locked(&self, core: &mut Core<W>, now: i64, out: &mut Vec<Settlement<W>>) -> bool {
+        core.flush_due = false;
+        let flushed = core.state.flush(now, out);
+        if std::mem::take(&mut core.expire_after_flush) {
+            core.state.expire(mono_now(), out);
+        }
+        self.sync_timers(core);
+        flushed
+    }
+
+    /// The bucket timer's flush, due now: handed to the owner (then `true`: call the handoff
+    /// once the lock is released) or run here.
+    fn fire_flush(&self, core: &mut Core<W>, out: &mut Vec<Settlement<W>>) -> bool {
+        if self.handoff.is_some() {
+            core.flush_due = true;
+            true
+        } else {
+            core.state.flush(wall_ms(), out);
+            false
+        }
+    }
+
     fn arm(&self, core: &mut Core<W>, at: u64, kind: u64) -> Armed {
         core.next_token += 1;
         let token = (core.next_token << 1) | kind;
@@ -483,27 +496,15 @@ impl<W: Waker> TimerTarget for Inner<W> {
             if token & 1 == FLUSH_TIMER {
                 if core.flush_timer.as_ref().is_some_and(|a| a.token == token) {
                     core.flush_timer = None;
-                    if self.handoff.is_some() {
-                        core.flush_due = true;
-                        hand_off = true;
-                    } else {
-                        core.state.flush(wall_ms(), &mut out);
-                    }
+                    hand_off = self.fire_flush(&mut core, &mut out);
                 }
             } else if let Some(deadline) = core.deadline_timer.take_if(|a| a.token == token) {
                 // Timers run in due order, as the reference's JS timers do: a flush due no later
                 // than this deadline runs first, so a waiter its bucket wakes is not timed out
                 // (a timeout's callback would read the flushed cursor and miss the touch).
-                let flush_first = core.flush_due || core.flush_timer.as_ref().is_some_and(|f| f.at <= deadline.at);
-                if flush_first {
-                    if let Some(f) = core.flush_timer.take() {
-                        timer::cancel(f.key);
-                        core.flush_due = self.handoff.is_some();
-                        hand_off = core.flush_due;
-                        if !core.flush_due {
-                            core.state.flush(wall_ms(), &mut out);
-                        }
-                    }
+                if let Some(f) = core.flush_timer.take_if(|f| f.at <= deadline.at) {
+                    timer::cancel(f.key);
+                    hand_off = self.fire_flush(&mut core, &mut out);
                 }
                 if core.flush_due {
                     core.expire_after_flush = true;

@@ -542,7 +542,8 @@ pub fn query_stream(conn: &Connection, name: &str) -> Result<Option<StreamRow>> 
     Ok(conn.prepare_cached(&sql)?.query_row([name], StreamRow::from_row).optional()?)
 }
 
-fn stream_is_live(conn: &Connection, name: &str) -> Result<bool> {
+/// Whether the stream exists and is not marked deleted.
+pub(crate) fn stream_is_live(conn: &Connection, name: &str) -> Result<bool> {
     let flags: Option<i64> = conn
         .prepare_cached("SELECT stream_flags FROM streams WHERE stream = ?1")?
         .query_row([name], |r| r.get(0))
