@@ -835,6 +835,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.EngineJournal = nativeBinding.EngineJournal
 module.exports.Store = nativeBinding.Store
 module.exports.TouchEngine = nativeBinding.TouchEngine
 module.exports.TouchJournal = nativeBinding.TouchJournal

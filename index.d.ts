@@ -9,6 +9,48 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+/**
+ * A stream's journal inside a `TouchEngine` (see `TouchEngine.journal`): touches reach the
+ * engine's waiters, and waits here wake on the engine's batches.
+ */
+export declare class EngineJournal {
+  /** Adds a touch to the pending bucket (J6). */
+  touch(keyId: number, sourceOffsetSeq?: bigint | null, routingKey?: string | null): void
+  /** J7: the flush delay for the next bucket, clamped to [1, bucketMs]. */
+  setCoalesceMs(ms: number): void
+  /** J5: false means the key was certainly not flushed after `sinceGeneration`. */
+  maybeTouchedSince(keyId: number, sinceGeneration: number): boolean
+  /** J5 for any of `keyIds`. */
+  maybeTouchedSinceAny(keyIds: number[] | Uint32Array, sinceGeneration: number): boolean
+  /** J10: true / false from the exact history, or null when it cannot tell. */
+  exactTouchedSinceAny(routingKeys: string[], sinceGeneration: number): boolean | null
+  /**
+   * J11: resolves with the hit when a flush after `afterGeneration` touches one of the keys,
+   * or null on timeout, abort or `stop()`. Exactly once.
+   */
+  waitForAny(args: WaitForAnyArgs): Promise<TouchHit | null>
+  /** Flushes the pending bucket now. Returns whether a generation was produced. */
+  flush(): boolean
+  getCursor(): string
+  getEpoch(): string
+  getGeneration(): number
+  /** The largest source offset flushed so far (-1n before any). */
+  getLastFlushedSourceOffsetSeq(): bigint
+  getLastFlushAtMs(): number
+  getLastBucketStartMs(): number
+  getActiveWaiters(): number
+  getMeta(): TouchJournalMeta
+  getTotalStats(): TouchJournalTotalStats
+  snapshotAndResetIntervalStats(): TouchJournalIntervalStats
+  /** Bytes of bloom memory held: 0 until the first touch, then 4 × filterSize (B14). */
+  getFilterBytes(): number
+  /**
+   * Cancels the timers and resolves every pending wait with null, the engine's own waits
+   * included (they answer `touched: false`). Returns how many. The journal stays usable.
+   */
+  stop(): number
+}
+
 /** The durable SQLite log. */
 export declare class Store {
   /**
@@ -75,6 +117,47 @@ export declare class TouchEngine {
   wait(request: WaitRequest): Promise<WaitResult>
   /** `/touch/meta` (M21); `settle: "flush"` waits for zero lag and a flushed bucket. */
   meta(stream: string, options?: MetaOptions | undefined | null): Promise<TouchMeta>
+  /**
+   * One processing pass now, whether or not the loop runs (the reference manager's
+   * `tick()`): resolves once every row of every touch-enabled stream committed before the
+   * call is processed and its touches are in the stream's journal (pending or flushed),
+   * checkpoints written. A failing stream does not reject it: it is listed in `failed`.
+   */
+  tick(): Promise<TickResult>
+  /**
+   * The stream's journal, the one the engine's batches touch and its waits park in (the
+   * reference manager's `getOrCreateJournal`); with `create: false`, null until something
+   * created it (`getJournalIfExists`). Throws `ERR_TOUCH_NOT_ENABLED` /
+   * `ERR_STREAM_NOT_FOUND` for a stream without touch.
+   */
+  journal(stream: string, options?: { create?: boolean } | undefined | null): EngineJournal | null
+  /**
+   * Hot interest for a wait the caller runs itself (the reference manager's
+   * `beginHotWaitInterest`, M19): counts the waiter and makes its keys and templates hot,
+   * so batches emit the fine touches it waits for. Returns the lease's id for
+   * `releaseHotInterest`.
+   */
+  beginHotInterest(stream: string, interest: HotInterest): number
+  /**
+   * Releases a lease of `beginHotInterest`: its keys and templates enter their grace
+   * period. False for an id already released.
+   */
+  releaseHotInterest(id: number): boolean
+  /**
+   * T8: marks the templates as used now, as a fine wait naming them does (the reference
+   * manager's `heartbeatTemplates`).
+   */
+  heartbeatTemplates(stream: string, templateIdsUsed: string[]): void
+  /**
+   * The reference manager's `getTouchRuntimeSnapshot`, read without touching the file: the
+   * hot state is swept first, so expired keys and templates are gone.
+   */
+  runtime(stream: string): TouchRuntime
+  /**
+   * Counts a wait's outcome in the stream's totals (`waitTouchedTotal`, …), for waits the
+   * caller ran itself (the engine's own waits count themselves).
+   */
+  recordWait(stream: string, outcome: 'touched' | 'timeout' | 'stale'): void
   /** The stats snapshot (the collector's window resets on each call). */
   stats(): EngineStats
   /**
@@ -246,6 +329,15 @@ export interface EngineStats {
  * refused: the reference would format `e:NaN`, which its own parser refuses).
  */
 export declare function formatTouchCursor(epoch: string, generation: number): string
+
+/** Arguments of `beginHotInterest` (the reference manager's `beginHotWaitInterest`). */
+export interface HotInterest {
+  /** The wait's fine key ids; a fine wait with more than 64 is broad (not tracked by key). */
+  keyIds: number[] | Uint32Array
+  /** Template ids the wait's query uses (16 hex; others are ignored). */
+  templateIdsUsed?: Array<string>
+  interestMode: 'fine' | 'coarse'
+}
 
 export interface LifecycleStats {
   activated: number
@@ -482,6 +574,22 @@ export interface TemplateLimitsJs {
   maxActiveTemplatesPerEntity: number
 }
 
+export interface TickFailure {
+  stream: string
+  code: string
+  message: string
+}
+
+/**
+ * What `tick()` did: the touch-enabled streams it looked at, the batches it ran and the
+ * streams whose batch failed (left to the loop's backoff).
+ */
+export interface TickResult {
+  streams: number
+  batches: number
+  failed: Array<TickFailure>
+}
+
 /** `getTopStreams` entries. */
 export interface TopStreamEntry {
   stream: string
@@ -683,6 +791,46 @@ export interface TouchRow {
   entity: string
   kind: 'table' | 'template'
   templateId?: string
+}
+
+/**
+ * The reference manager's `getTouchRuntimeSnapshot`: the touch mode, the lag the last batch
+ * left, the hot state (swept first) and the stream's totals.
+ */
+export interface TouchRuntime {
+  lagSourceOffsets: number
+  touchMode: 'idle' | 'fine' | 'restricted' | 'coarseOnly'
+  hotFineKeys: number
+  hotTemplates: number
+  hotFineKeysActive: number
+  hotFineKeysGrace: number
+  hotTemplatesActive: number
+  hotTemplatesGrace: number
+  fineWaitersActive: number
+  coarseWaitersActive: number
+  broadFineWaitersActive: number
+  hotKeyFilteringEnabled: boolean
+  hotTemplateFilteringEnabled: boolean
+  scanRowsTotal: number
+  scanBatchesTotal: number
+  scannedButEmitted0BatchesTotal: number
+  processedThroughDeltaTotal: number
+  touchesEmittedTotal: number
+  touchesTableTotal: number
+  touchesTemplateTotal: number
+  fineTouchesDroppedDueToBudgetTotal: number
+  fineTouchesSkippedColdTemplateTotal: number
+  fineTouchesSkippedColdKeyTotal: number
+  fineTouchesSkippedTemplateBucketTotal: number
+  waitTouchedTotal: number
+  waitTimeoutTotal: number
+  waitStaleTotal: number
+  journalFlushesTotal: number
+  journalNotifyWakeupsTotal: number
+  journalNotifyWakeMsTotal: number
+  journalNotifyWakeMsMax: number
+  journalTimeoutsFiredTotal: number
+  journalTimeoutSweepMsTotal: number
 }
 
 /** `touch.templates` of a normalised [`TouchConfig`]. */

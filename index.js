@@ -10,6 +10,7 @@ const native = require("./lib/internal/native.js");
 
 module.exports.Store = native.Store;
 module.exports.TouchEngine = native.TouchEngine;
+module.exports.EngineJournal = native.EngineJournal;
 module.exports.TouchJournal = native.TouchJournal;
 module.exports.formatTouchCursor = native.formatTouchCursor;
 module.exports.parseTouchCursor = native.parseTouchCursor;

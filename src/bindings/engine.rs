@@ -7,6 +7,8 @@ use napi_derive::napi;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
+use super::engine_journal::EngineJournal;
+use super::journal::key_ids;
 use super::napi::abort;
 use super::napi::helpers::{self, Helper};
 use super::napi::value::RawValue;
@@ -14,7 +16,11 @@ use super::napi::value::{class_instance, to_js};
 use super::napi::{throw, unknown, Js, Out, Port};
 use super::processor::{parse_output, parse_request, settle};
 use super::store::Store;
+use crate::engine::hot::InterestMode;
+use crate::engine::interest::parse_interest_mode;
+use crate::engine::process::TickReport;
 use crate::engine::templates::{ActivateOutcome, TemplateLimits};
+use crate::engine::wait::TouchMode;
 use crate::engine::wait::{
     parse_inactivity_ttl, parse_template_decls, WaitArgs, WaitControl, WaitKind, WaitReply, MAX_DECLARED_TEMPLATES,
     MAX_WAIT_LIST,
@@ -255,6 +261,74 @@ pub struct EngineMemoryReport {
     pub top_streams: Vec<TopStreamEntry>,
 }
 
+/// What `tick()` did: the touch-enabled streams it looked at, the batches it ran and the
+/// streams whose batch failed (left to the loop's backoff).
+#[napi(object, object_from_js = false)]
+pub struct TickResult {
+    pub streams: f64,
+    pub batches: f64,
+    pub failed: Vec<TickFailure>,
+}
+
+#[napi(object, object_from_js = false)]
+pub struct TickFailure {
+    pub stream: String,
+    pub code: String,
+    pub message: String,
+}
+
+/// The reference manager's `getTouchRuntimeSnapshot`: the touch mode, the lag the last batch
+/// left, the hot state (swept first) and the stream's totals.
+#[napi(object, object_from_js = false)]
+pub struct TouchRuntime {
+    pub lag_source_offsets: f64,
+    #[napi(ts_type = "'idle' | 'fine' | 'restricted' | 'coarseOnly'")]
+    pub touch_mode: String,
+    pub hot_fine_keys: f64,
+    pub hot_templates: f64,
+    pub hot_fine_keys_active: f64,
+    pub hot_fine_keys_grace: f64,
+    pub hot_templates_active: f64,
+    pub hot_templates_grace: f64,
+    pub fine_waiters_active: f64,
+    pub coarse_waiters_active: f64,
+    pub broad_fine_waiters_active: f64,
+    pub hot_key_filtering_enabled: bool,
+    pub hot_template_filtering_enabled: bool,
+    pub scan_rows_total: f64,
+    pub scan_batches_total: f64,
+    pub scanned_but_emitted0_batches_total: f64,
+    pub processed_through_delta_total: f64,
+    pub touches_emitted_total: f64,
+    pub touches_table_total: f64,
+    pub touches_template_total: f64,
+    pub fine_touches_dropped_due_to_budget_total: f64,
+    pub fine_touches_skipped_cold_template_total: f64,
+    pub fine_touches_skipped_cold_key_total: f64,
+    pub fine_touches_skipped_template_bucket_total: f64,
+    pub wait_touched_total: f64,
+    pub wait_timeout_total: f64,
+    pub wait_stale_total: f64,
+    pub journal_flushes_total: f64,
+    pub journal_notify_wakeups_total: f64,
+    pub journal_notify_wake_ms_total: f64,
+    pub journal_notify_wake_ms_max: f64,
+    pub journal_timeouts_fired_total: f64,
+    pub journal_timeout_sweep_ms_total: f64,
+}
+
+/// Arguments of `beginHotInterest` (the reference manager's `beginHotWaitInterest`).
+#[napi(object, object_to_js = false)]
+pub struct HotInterest {
+    /// The wait's fine key ids; a fine wait with more than 64 is broad (not tracked by key).
+    #[napi(ts_type = "number[] | Uint32Array")]
+    pub key_ids: Vec<u32>,
+    /// Template ids the wait's query uses (16 hex; others are ignored).
+    pub template_ids_used: Option<Vec<String>>,
+    #[napi(ts_type = "'fine' | 'coarse'")]
+    pub interest_mode: String,
+}
+
 /// Per-stream runtime totals (M21).
 #[napi(object, object_from_js = false)]
 pub struct StreamRuntimeStats {
@@ -455,6 +529,68 @@ fn meta_js(v: TouchMetaView) -> TouchMeta {
         compensation_touches_total: t.compensation_touches,
         batches_split_for_budget_total: t.batches_split_for_budget,
     }
+}
+
+fn runtime_js(mode: TouchMode, lag: i64, r: &RuntimeView) -> TouchRuntime {
+    let t = &r.totals;
+    let w = &r.journal.wake;
+    TouchRuntime {
+        lag_source_offsets: lag as f64,
+        touch_mode: mode.as_str().into(),
+        hot_fine_keys: r.hot_fine_keys as f64,
+        hot_templates: r.hot_templates as f64,
+        hot_fine_keys_active: r.hot_fine_keys_active as f64,
+        hot_fine_keys_grace: r.hot_fine_keys_grace as f64,
+        hot_templates_active: r.hot_templates_active as f64,
+        hot_templates_grace: r.hot_templates_grace as f64,
+        fine_waiters_active: r.fine_waiters_active as f64,
+        coarse_waiters_active: r.coarse_waiters_active as f64,
+        broad_fine_waiters_active: r.broad_fine_waiters_active as f64,
+        hot_key_filtering_enabled: r.hot_key_filtering_enabled,
+        hot_template_filtering_enabled: r.hot_template_filtering_enabled,
+        scan_rows_total: t.scan_rows,
+        scan_batches_total: t.scan_batches,
+        scanned_but_emitted0_batches_total: t.scanned_but_emitted0_batches,
+        processed_through_delta_total: t.processed_through_delta,
+        touches_emitted_total: t.touches_emitted,
+        touches_table_total: t.touches_table,
+        touches_template_total: t.touches_template,
+        fine_touches_dropped_due_to_budget_total: t.fine_touches_dropped_due_to_budget,
+        fine_touches_skipped_cold_template_total: t.fine_touches_skipped_cold_template,
+        fine_touches_skipped_cold_key_total: t.fine_touches_skipped_cold_key,
+        fine_touches_skipped_template_bucket_total: t.fine_touches_skipped_template_bucket,
+        wait_touched_total: t.wait_touched,
+        wait_timeout_total: t.wait_timeout,
+        wait_stale_total: t.wait_stale,
+        journal_flushes_total: r.journal.flushes as f64,
+        journal_notify_wakeups_total: w.notify_wakeups as f64,
+        journal_notify_wake_ms_total: w.notify_wake_ms_sum,
+        journal_notify_wake_ms_max: w.notify_wake_ms_max,
+        journal_timeouts_fired_total: w.timeouts_fired as f64,
+        journal_timeout_sweep_ms_total: w.timeout_sweep_ms_sum,
+    }
+}
+
+fn tick_js(r: TickReport) -> TickResult {
+    TickResult {
+        streams: r.streams as f64,
+        batches: r.batches as f64,
+        failed: r
+            .failed
+            .into_iter()
+            .map(|(stream, e)| TickFailure { stream, code: e.code().into(), message: e.to_string() })
+            .collect(),
+    }
+}
+
+/// A list argument of at most `MAX_WAIT_LIST` elements, its length checked before any is read.
+fn capped<'env>(v: Js<'env>, what: &str) -> crate::Result<Js<'env>> {
+    if let Some(n) = v.try_array_len() {
+        if n as usize > MAX_WAIT_LIST {
+            return Err(Error::invalid(format!("{what} too large (max {MAX_WAIT_LIST})")));
+        }
+    }
+    Ok(v)
 }
 
 fn stats_js(s: EngineStatsView) -> EngineStats {
@@ -899,6 +1035,130 @@ impl TouchEngine {
         })
     }
 
+    /// One processing pass now, whether or not the loop runs (the reference manager's
+    /// `tick()`): resolves once every row of every touch-enabled stream committed before the
+    /// call is processed and its touches are in the stream's journal (pending or flushed),
+    /// checkpoints written. A failing stream does not reject it: it is listed in `failed`.
+    #[napi(ts_return_type = "Promise<TickResult>")]
+    pub fn tick<'env>(&self, env: &'env Env) -> napi::Result<Unknown<'env>> {
+        let engine = self.engine.clone();
+        self.promise(env, Ok(()), move |(), ticket| {
+            engine.tick(Box::new(move |r| ticket.settle_with(r, |env, v| to_js(env, tick_js(v)))));
+        })
+    }
+
+    /// The stream's journal, the one the engine's batches touch and its waits park in (the
+    /// reference manager's `getOrCreateJournal`); with `create: false`, null until something
+    /// created it (`getJournalIfExists`). Throws `ERR_TOUCH_NOT_ENABLED` /
+    /// `ERR_STREAM_NOT_FOUND` for a stream without touch.
+    #[napi(
+        ts_args_type = "stream: string, options?: { create?: boolean } | undefined | null",
+        ts_return_type = "EngineJournal | null"
+    )]
+    pub fn journal(&self, env: &Env, stream: Unknown, options: Option<Unknown>) -> napi::Result<Option<EngineJournal>> {
+        let parsed = (|| -> crate::Result<(String, bool)> {
+            let stream = Js::new(env, stream.raw()).string("stream")?;
+            let mut create = true;
+            if let Some(o) = arg(env, &options).filter(|o| !o.is_nullish()) {
+                if let Some(c) = o.object("options")?.opt("create")? {
+                    create = c.boolean("options.create")?;
+                }
+            }
+            Ok((stream, create))
+        })();
+        let (stream, create) = parsed.map_err(|e| throw(env, e))?;
+        match self.engine.journal(&stream, create).map_err(|e| throw(env, e))? {
+            Some(j) => Ok(Some(EngineJournal::new(env, j)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Hot interest for a wait the caller runs itself (the reference manager's
+    /// `beginHotWaitInterest`, M19): counts the waiter and makes its keys and templates hot,
+    /// so batches emit the fine touches it waits for. Returns the lease's id for
+    /// `releaseHotInterest`.
+    #[napi(ts_args_type = "stream: string, interest: HotInterest")]
+    pub fn begin_hot_interest(&self, env: &Env, stream: Unknown, interest: Unknown) -> napi::Result<f64> {
+        let parsed = (|| -> crate::Result<(String, InterestMode, Vec<u32>, Vec<String>)> {
+            let stream = Js::new(env, stream.raw()).string("stream")?;
+            let o = Js::new(env, interest.raw()).object("interest")?;
+            let keys = match o.opt("keyIds")? {
+                Some(v) => key_ids(&capped(v, "interest.keyIds")?, "interest.keyIds")?,
+                None => Vec::new(),
+            };
+            let templates = match o.opt("templateIdsUsed")? {
+                Some(v) => capped(v, "interest.templateIdsUsed")?
+                    .elements("interest.templateIdsUsed")?
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| s.string(&format!("interest.templateIdsUsed[{i}]")))
+                    .collect::<crate::Result<Vec<String>>>()?,
+                None => Vec::new(),
+            };
+            let mode = match o.opt("interestMode")? {
+                Some(m) => parse_interest_mode(&m.string("interest.interestMode")?),
+                None => Some(InterestMode::Fine),
+            }
+            .ok_or_else(|| Error::invalid("interest.interestMode must be 'fine' or 'coarse'"))?;
+            Ok((stream, mode, keys, templates))
+        })();
+        let (stream, mode, keys, templates) = parsed.map_err(|e| throw(env, e))?;
+        let id = self.engine.begin_hot_interest(&stream, mode, &keys, &templates).map_err(|e| throw(env, e))?;
+        Ok(id as f64)
+    }
+
+    /// Releases a lease of `beginHotInterest`: its keys and templates enter their grace
+    /// period. False for an id already released.
+    #[napi(ts_args_type = "id: number")]
+    pub fn release_hot_interest(&self, env: &Env, id: Unknown) -> napi::Result<bool> {
+        let id = Js::new(env, id.raw()).safe_integer("id").map_err(|e| throw(env, e))?;
+        Ok(id >= 0 && self.engine.release_hot_interest(id as u64))
+    }
+
+    /// T8: marks the templates as used now, as a fine wait naming them does (the reference
+    /// manager's `heartbeatTemplates`).
+    #[napi(ts_args_type = "stream: string, templateIdsUsed: string[]")]
+    pub fn heartbeat_templates(&self, env: &Env, stream: Unknown, template_ids: Unknown) -> napi::Result<()> {
+        let parsed = (|| -> crate::Result<(String, Vec<String>)> {
+            let stream = Js::new(env, stream.raw()).string("stream")?;
+            let ids = capped(Js::new(env, template_ids.raw()), "templateIdsUsed")?
+                .elements("templateIdsUsed")?
+                .iter()
+                .enumerate()
+                .map(|(i, s)| s.string(&format!("templateIdsUsed[{i}]")))
+                .collect::<crate::Result<Vec<String>>>()?;
+            Ok((stream, ids))
+        })();
+        let (stream, ids) = parsed.map_err(|e| throw(env, e))?;
+        self.engine.heartbeat_templates(&stream, &ids).map_err(|e| throw(env, e))
+    }
+
+    /// The reference manager's `getTouchRuntimeSnapshot`, read without touching the file: the
+    /// hot state is swept first, so expired keys and templates are gone.
+    #[napi(ts_args_type = "stream: string")]
+    pub fn runtime(&self, env: &Env, stream: Unknown) -> napi::Result<TouchRuntime> {
+        let stream = Js::new(env, stream.raw()).string("stream").map_err(|e| throw(env, e))?;
+        let (mode, lag, view) = self.engine.runtime(&stream).map_err(|e| throw(env, e))?;
+        Ok(runtime_js(mode, lag, &view))
+    }
+
+    /// Counts a wait's outcome in the stream's totals (`waitTouchedTotal`, …), for waits the
+    /// caller ran itself (the engine's own waits count themselves).
+    #[napi(ts_args_type = "stream: string, outcome: 'touched' | 'timeout' | 'stale'")]
+    pub fn record_wait(&self, env: &Env, stream: Unknown, outcome: Unknown) -> napi::Result<()> {
+        let parsed = (|| -> crate::Result<(String, String)> {
+            let stream = Js::new(env, stream.raw()).string("stream")?;
+            let outcome = Js::new(env, outcome.raw()).string("outcome")?;
+            if !matches!(outcome.as_str(), "touched" | "timeout" | "stale") {
+                return Err(Error::invalid("outcome must be 'touched', 'timeout' or 'stale'"));
+            }
+            Ok((stream, outcome))
+        })();
+        let (stream, outcome) = parsed.map_err(|e| throw(env, e))?;
+        self.engine.record_wait(&stream, &outcome);
+        Ok(())
+    }
+
     /// The stats snapshot (the collector's window resets on each call).
     #[napi]
     pub fn stats(&self) -> EngineStats {
@@ -936,4 +1196,4 @@ impl TouchEngine {
 }
 
 #[allow(dead_code)]
-fn _typing_only(_: TouchEngineOptions, _: TemplateDecl, _: WaitRequest, _: MetaOptions) {}
+fn _typing_only(_: TouchEngineOptions, _: TemplateDecl, _: WaitRequest, _: MetaOptions, _: HotInterest) {}

@@ -260,7 +260,7 @@ fn u32_or(v: &Js, what: impl FnOnce() -> String) -> JsResult<u32> {
 }
 
 /// Key ids from a `Uint32Array` or an array of numbers.
-fn key_ids(v: &Js, what: &str) -> JsResult<Vec<u32>> {
+pub(crate) fn key_ids(v: &Js, what: &str) -> JsResult<Vec<u32>> {
     if let Some(s) = v.u32_slice() {
         return Ok(s.to_vec());
     }
@@ -402,11 +402,22 @@ fn new_hit<'env>(env: &'env Env, h: &TouchHit) -> JsResult<Js<'env>> {
     helpers::call(env, Helper::MakeHit, &values)
 }
 
-pub(crate) fn wait_parsed<'env>(
+/// A parked wait of either journal class: its promise, and its abort hook if it has a signal.
+pub(crate) fn js_waiter(ticket: Ticket, hook: Option<AbortHook>) -> JsWaiter {
+    match hook {
+        None => JsWaiter::Plain(ticket),
+        Some(h) => JsWaiter::Abortable(Box::new((ticket, h))),
+    }
+}
+
+/// `waitForAny` of either journal class once its argument is read: `waiter` makes the
+/// journal's waker from the promise's ticket and the abort hook.
+pub(crate) fn wait_parsed<'env, W: Waker>(
     env: &'env Env,
-    journal: &JsJournal,
+    journal: &Journal<W>,
     port: &Port,
     parsed: JsResult<(WaitRequest, Option<Js>)>,
+    waiter: impl FnOnce(Ticket, Option<AbortHook>) -> W,
 ) -> napi::Result<Unknown<'env>> {
     let wrap = |v: RawValue| Ok(unknown(env, v));
     let (req, signal) = match parsed {
@@ -447,10 +458,7 @@ pub(crate) fn wait_parsed<'env>(
             return Err(e);
         }
     };
-    let waiter = match hook {
-        None => JsWaiter::Plain(ticket),
-        Some(h) => JsWaiter::Abortable(Box::new((ticket, h))),
-    };
+    let waiter = waiter(ticket, hook);
     let _js = InJsCall::enter(env); // an immediate null resolves now
     match journal.wait_for_any(req, waiter) {
         Ok(Some(id)) => {
@@ -465,9 +473,9 @@ pub(crate) fn wait_parsed<'env>(
     wrap(promise)
 }
 
-pub(crate) fn touch_args(
+pub(crate) fn touch_args<W: Waker>(
     env: &Env,
-    journal: &JsJournal,
+    journal: &Journal<W>,
     key_id: Unknown,
     source_offset_seq: Option<Unknown>,
     routing_key: Option<Unknown>,
@@ -506,7 +514,99 @@ fn wake_stats(w: &WakeStats) -> [f64; 8] {
     ]
 }
 
-fn meta_js(m: JournalMeta) -> TouchJournalMeta {
+pub(crate) fn total_stats_js<W: Waker>(journal: &Journal<W>) -> TouchJournalTotalStats {
+    let t = journal.total_stats();
+    let w = wake_stats(&t.wake);
+    TouchJournalTotalStats {
+        timeouts_fired: w[0],
+        timeout_sweeps: w[1],
+        timeout_sweep_ms_sum: w[2],
+        timeout_sweep_ms_max: w[3],
+        notify_wakeups: w[4],
+        notify_flushes: w[5],
+        notify_wake_ms_sum: w[6],
+        notify_wake_ms_max: w[7],
+        flushes: t.flushes as f64,
+    }
+}
+
+pub(crate) fn interval_stats_js<W: Waker>(journal: &Journal<W>) -> TouchJournalIntervalStats {
+    let i = journal.take_interval_stats();
+    let w = wake_stats(&i.wake);
+    TouchJournalIntervalStats {
+        timeouts_fired: w[0],
+        timeout_sweeps: w[1],
+        timeout_sweep_ms_sum: w[2],
+        timeout_sweep_ms_max: w[3],
+        notify_wakeups: w[4],
+        notify_flushes: w[5],
+        notify_wake_ms_sum: w[6],
+        notify_wake_ms_max: w[7],
+        heap_size: i.heap_size as f64,
+    }
+}
+
+/// J7's `setCoalesceMs(ms)` of either journal class.
+pub(crate) fn set_coalesce_args<W: Waker>(env: &Env, journal: &Journal<W>, ms: Unknown) -> napi::Result<()> {
+    let ms = Js::new(env, ms.raw()).number("ms").and_then(|n| {
+        if n.is_nan() {
+            Err(Error::invalid("ms must be a number"))
+        } else {
+            Ok(n)
+        }
+    });
+    journal.set_coalesce_ms(ms.map_err(|e| throw(env, e))?);
+    Ok(())
+}
+
+/// J5's `maybeTouchedSince(keyId, sinceGeneration)` of either journal class.
+pub(crate) fn maybe_touched_since_args<W: Waker>(
+    env: &Env,
+    journal: &Journal<W>,
+    key_id: Unknown,
+    since: Unknown,
+) -> napi::Result<bool> {
+    let parsed = (|| {
+        Ok((
+            u32_value(&Js::new(env, key_id.raw()), "keyId")?,
+            u32_value(&Js::new(env, since.raw()), "sinceGeneration")?,
+        ))
+    })();
+    let (key, since) = parsed.map_err(|e| throw(env, e))?;
+    Ok(journal.maybe_touched_since(key, since))
+}
+
+/// J5's `maybeTouchedSinceAny(keyIds, sinceGeneration)` of either journal class.
+pub(crate) fn maybe_touched_since_any_args<W: Waker>(
+    env: &Env,
+    journal: &Journal<W>,
+    key_ids_arg: Unknown,
+    since: Unknown,
+) -> napi::Result<bool> {
+    let parsed = (|| {
+        let keys = key_ids(&Js::new(env, key_ids_arg.raw()), "keyIds")?;
+        Ok((keys, u32_value(&Js::new(env, since.raw()), "sinceGeneration")?))
+    })();
+    let (keys, since) = parsed.map_err(|e| throw(env, e))?;
+    Ok(journal.maybe_touched_since_any(&keys, since))
+}
+
+/// J10's `exactTouchedSinceAny(routingKeys, sinceGeneration)` of either journal class.
+pub(crate) fn exact_touched_since_any_args<W: Waker>(
+    env: &Env,
+    journal: &Journal<W>,
+    keys: Unknown,
+    since: Unknown,
+) -> napi::Result<Option<bool>> {
+    let parsed = (|| {
+        let keys = routing_keys(&Js::new(env, keys.raw()), "routingKeys")?;
+        Ok((keys, u32_value(&Js::new(env, since.raw()), "sinceGeneration")?))
+    })();
+    let (keys, since) = parsed.map_err(|e| throw(env, e))?;
+    Ok(journal.exact_touched_since_any(&keys, since))
+}
+
+pub(crate) fn meta_js(m: JournalMeta) -> TouchJournalMeta {
     TouchJournalMeta {
         mode: "memory".into(),
         cursor: m.cursor,
@@ -526,17 +626,16 @@ fn meta_js(m: JournalMeta) -> TouchJournalMeta {
     }
 }
 
-impl TouchJournal {
-    fn parse_wait<'env>(&self, args: &Js<'env>) -> JsResult<(WaitRequest, Option<Js<'env>>)> {
-        check_wait_args(args)?;
-        let fields = [c"keys", c"exactKeys", c"afterGeneration", c"timeoutMs", c"signal"];
-        let mut values = [None; 5];
-        for (v, name) in values.iter_mut().zip(fields) {
-            // Named lookups intern the name directly: cheaper than making a string value first.
-            *v = args.get_named(name)?;
-        }
-        parse_wait_fields(values)
+/// `waitForAny`'s argument object, read field by field.
+pub(crate) fn parse_wait<'env>(args: &Js<'env>) -> JsResult<(WaitRequest, Option<Js<'env>>)> {
+    check_wait_args(args)?;
+    let fields = [c"keys", c"exactKeys", c"afterGeneration", c"timeoutMs", c"signal"];
+    let mut values = [None; 5];
+    for (v, name) in values.iter_mut().zip(fields) {
+        // Named lookups intern the name directly: cheaper than making a string value first.
+        *v = args.get_named(name)?;
     }
+    parse_wait_fields(values)
 }
 
 pub(crate) fn check_wait_args(args: &Js) -> JsResult<()> {
@@ -729,58 +828,33 @@ impl TouchJournal {
     /// J7: the flush delay for the next bucket, clamped to [1, bucketMs].
     #[napi(ts_args_type = "ms: number")]
     pub fn set_coalesce_ms(&self, env: &Env, ms: Unknown) -> napi::Result<()> {
-        let ms = Js::new(env, ms.raw()).number("ms").and_then(|n| {
-            if n.is_nan() {
-                Err(Error::invalid("ms must be a number"))
-            } else {
-                Ok(n)
-            }
-        });
-        self.journal.set_coalesce_ms(ms.map_err(|e| throw(env, e))?);
-        Ok(())
+        set_coalesce_args(env, &self.journal, ms)
     }
 
     /// J5: false means the key was certainly not flushed after `sinceGeneration`.
     #[napi(ts_args_type = "keyId: number, sinceGeneration: number")]
     pub fn maybe_touched_since(&self, env: &Env, key_id: Unknown, since: Unknown) -> napi::Result<bool> {
-        let parsed = (|| {
-            Ok((
-                u32_value(&Js::new(env, key_id.raw()), "keyId")?,
-                u32_value(&Js::new(env, since.raw()), "sinceGeneration")?,
-            ))
-        })();
-        let (key, since) = parsed.map_err(|e| throw(env, e))?;
-        Ok(self.journal.maybe_touched_since(key, since))
+        maybe_touched_since_args(env, &self.journal, key_id, since)
     }
 
     /// J5 for any of `keyIds`.
     #[napi(ts_args_type = "keyIds: number[] | Uint32Array, sinceGeneration: number")]
     pub fn maybe_touched_since_any(&self, env: &Env, key_ids_arg: Unknown, since: Unknown) -> napi::Result<bool> {
-        let parsed = (|| {
-            let keys = key_ids(&Js::new(env, key_ids_arg.raw()), "keyIds")?;
-            Ok((keys, u32_value(&Js::new(env, since.raw()), "sinceGeneration")?))
-        })();
-        let (keys, since) = parsed.map_err(|e| throw(env, e))?;
-        Ok(self.journal.maybe_touched_since_any(&keys, since))
+        maybe_touched_since_any_args(env, &self.journal, key_ids_arg, since)
     }
 
     /// J10: true / false from the exact history, or null when it cannot tell.
     #[napi(ts_args_type = "routingKeys: string[], sinceGeneration: number", ts_return_type = "boolean | null")]
     pub fn exact_touched_since_any(&self, env: &Env, keys: Unknown, since: Unknown) -> napi::Result<Option<bool>> {
-        let parsed = (|| {
-            let keys = routing_keys(&Js::new(env, keys.raw()), "routingKeys")?;
-            Ok((keys, u32_value(&Js::new(env, since.raw()), "sinceGeneration")?))
-        })();
-        let (keys, since) = parsed.map_err(|e| throw(env, e))?;
-        Ok(self.journal.exact_touched_since_any(&keys, since))
+        exact_touched_since_any_args(env, &self.journal, keys, since)
     }
 
     /// J11: resolves with the hit when a flush after `afterGeneration` touches one of the keys,
     /// or null on timeout, abort or `stop()`. Exactly once.
     #[napi(ts_args_type = "args: WaitForAnyArgs", ts_return_type = "Promise<TouchHit | null>")]
     pub fn wait_for_any<'env>(&self, env: &'env Env, args: Unknown) -> napi::Result<Unknown<'env>> {
-        let parsed = self.parse_wait(&Js::new(env, args.raw()));
-        wait_parsed(env, &self.journal, &self.port, parsed)
+        let parsed = parse_wait(&Js::new(env, args.raw()));
+        wait_parsed(env, &self.journal, &self.port, parsed, js_waiter)
     }
 
     /// Flushes the pending bucket now (tests and benchmarks). Returns whether a generation was
@@ -834,36 +908,12 @@ impl TouchJournal {
 
     #[napi]
     pub fn get_total_stats(&self) -> TouchJournalTotalStats {
-        let t = self.journal.total_stats();
-        let w = wake_stats(&t.wake);
-        TouchJournalTotalStats {
-            timeouts_fired: w[0],
-            timeout_sweeps: w[1],
-            timeout_sweep_ms_sum: w[2],
-            timeout_sweep_ms_max: w[3],
-            notify_wakeups: w[4],
-            notify_flushes: w[5],
-            notify_wake_ms_sum: w[6],
-            notify_wake_ms_max: w[7],
-            flushes: t.flushes as f64,
-        }
+        total_stats_js(&self.journal)
     }
 
     #[napi]
     pub fn snapshot_and_reset_interval_stats(&self) -> TouchJournalIntervalStats {
-        let i = self.journal.take_interval_stats();
-        let w = wake_stats(&i.wake);
-        TouchJournalIntervalStats {
-            timeouts_fired: w[0],
-            timeout_sweeps: w[1],
-            timeout_sweep_ms_sum: w[2],
-            timeout_sweep_ms_max: w[3],
-            notify_wakeups: w[4],
-            notify_flushes: w[5],
-            notify_wake_ms_sum: w[6],
-            notify_wake_ms_max: w[7],
-            heap_size: i.heap_size as f64,
-        }
+        interval_stats_js(&self.journal)
     }
 
     /// Bytes of bloom memory held: 0 until the first touch, then 4 × filterSize (B14).

@@ -23,7 +23,7 @@ use napi::sys;
 use napi_derive::napi;
 
 use super::journal::{
-    check_wait_args, parse_wait_fields, touch_args, u32_of, wait_parsed, wait_request, JsJournal, JsResult,
+    check_wait_args, js_waiter, parse_wait_fields, touch_args, u32_of, wait_parsed, wait_request, JsJournal, JsResult,
     TouchJournal,
 };
 use super::napi::callback::{self, CallInfo};
@@ -112,7 +112,7 @@ fn wait_args_body(call: &CallInfo<'_>) -> crate::Result<RawValue> {
     let signal = Some(call.arg(1)).filter(|v| !v.is_nullish());
     let parsed = fast_request(&h.args).map(|req| (req, signal));
     // napi-rs errors here are already thrown JS errors (or plain failures): rethrown as they are.
-    wait_parsed(env, &h.journal, &h.port, parsed).map(|v| v.raw()).map_err(super::napi::from_napi)
+    wait_parsed(env, &h.journal, &h.port, parsed, js_waiter).map(|v| v.raw()).map_err(super::napi::from_napi)
 }
 
 /// `waitForAny` with the argument's fields read by the JavaScript caller.
@@ -139,7 +139,7 @@ pub fn wait_for_any_fields<'env>(
             field(&signal),
         ])
     });
-    wait_parsed(env, &h.journal, &h.port, parsed)
+    wait_parsed(env, &h.journal, &h.port, parsed, js_waiter)
 }
 
 /// `touch` through a journal handle.

@@ -12,6 +12,7 @@
 //! - [`journal_fast`]: the native halves of the JavaScript `waitForAny` and `touch`
 //!   (`lib/internal/journal-methods.js`);
 //! - [`engine`]: the `TouchEngine` class;
+//! - [`engine_journal`]: the `EngineJournal` class (a stream's journal inside an engine);
 //! - [`hostdb`]: the `_sql*` functions behind `compat/sqlite-adapter.mjs` (host SQL);
 //! - [`internal`]: what `lib/internal/native.js` hands the native module at load.
 //!
@@ -19,6 +20,7 @@
 //! in a core module.
 
 pub mod engine;
+pub mod engine_journal;
 pub mod hostdb;
 pub mod internal;
 pub mod journal;

@@ -4,6 +4,7 @@
 //! an append and the wake-up it causes.
 //!
 //! - [`hot`]: hot interest from active waits (M19);
+//! - [`interest`]: hot interest and template heartbeats held by callers outside a wait;
 //! - [`policy`]: per-stream policy state (M5–M7, M11, M13, M16, M17);
 //! - [`templates`]: the live templates registry (T1–T12);
 //! - [`profile`]: stored profiles and touch state (C5, C6, S14, M22);
@@ -20,6 +21,7 @@
 //! as a safety net (for rows written by another process, backoffs and upkeep).
 
 pub mod hot;
+pub mod interest;
 pub mod policy;
 pub mod process;
 pub mod profile;
@@ -143,6 +145,7 @@ pub(crate) struct Inner {
     thread: Mutex<Option<JoinHandle<()>>>,
     opened_at_ms: i64,
     last_report_ms: Mutex<i64>,
+    leases: Mutex<interest::Leases>,
 }
 
 /// The engine. Cheap to clone.
@@ -216,6 +219,7 @@ impl TouchEngine {
             thread: Mutex::new(None),
             opened_at_ms: now,
             last_report_ms: Mutex::new(0),
+            leases: Mutex::new(interest::Leases::default()),
         });
         let weak: Weak<Inner> = Arc::downgrade(&inner);
         store.add_append_hook(Arc::new(move |stream, _out, bytes| {
@@ -322,6 +326,36 @@ impl TouchEngine {
             st.journals_created += 1;
         }
         Ok(c)
+    }
+
+    /// The journal of a touch-enabled stream (M20), created if `create` (the reference's
+    /// `getOrCreateJournal`), else `None` until a wait, meta read or batch created it
+    /// (`getJournalIfExists`). Touches and waits through it reach the engine's own waiters.
+    pub fn journal(&self, stream: &str, create: bool) -> Result<Option<Journal>> {
+        self.check_open()?;
+        let cfg = self.touch_config(stream)?;
+        let mut st = self.inner.state.lock();
+        let rt = st.streams.get_mut(stream).ok_or_else(|| Error::TouchNotEnabled("touch not enabled".into()))?;
+        if !create {
+            return Ok(rt.journal.clone());
+        }
+        let (j, created) = rt.journal(&cfg);
+        let j = j.clone();
+        if created {
+            st.journals_created += 1;
+        }
+        Ok(Some(j))
+    }
+
+    /// One processing pass now, whether or not the loop runs (the reference manager's
+    /// `tick()`): see [`Inner::tick_now`]. `reply` is called on a thread of its own once every
+    /// row committed before the call is processed and its touches are in the journals.
+    pub fn tick(&self, reply: Reply<process::TickReport>) {
+        if let Err(e) = self.check_open() {
+            return reply(Err(e));
+        }
+        let inner = self.inner.clone();
+        std::thread::spawn(move || reply(crate::error::catch_panic(|| inner.tick_now())));
     }
 
     /// Activates templates (T1–T7, T13's TTL rules) and returns what the route returns.

@@ -11,8 +11,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::engine::hot::hot_limits;
 use crate::engine::policy::{adaptive_coalesce_ms, FineTokens};
-use crate::engine::runtime::hot_limits;
 use crate::engine::wait::{catch_all_key_id, TouchMode};
 use crate::engine::{late_template_touches, profile, templates, touch_late_templates, Inner};
 use crate::error::{Error, Result};
@@ -23,9 +23,34 @@ use crate::spec::TouchConfig;
 use crate::store::{blocking, STREAM_FLAG_DELETED};
 
 /// How often `meta(settle)` requests are re-checked.
-const SETTLE_POLL: Duration = Duration::from_millis(2);
+pub(crate) const SETTLE_POLL: Duration = Duration::from_millis(2);
 /// The least time between two checkpoint writes of a stream (see `Inner::set_checkpoint`).
 const CHECKPOINT_PERSIST_MS: i64 = 100;
+
+/// How long `tick_now` sleeps while the loop runs a batch of the stream it wants.
+const TICK_BUSY_POLL: Duration = Duration::from_millis(1);
+
+/// What [`Inner::try_batch`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Batch {
+    /// Another batch of the stream is running; nothing was done.
+    Busy,
+    /// A batch ran and rows remain after it.
+    RowsRemain,
+    /// The stream has no rows left to process (a batch may have run).
+    CaughtUp,
+}
+
+/// What a processing pass on demand did ([`Inner::tick_now`]).
+#[derive(Debug, Default)]
+pub struct TickReport {
+    /// Touch-enabled streams looked at.
+    pub streams: usize,
+    /// Batches run (a stream with nothing new counts one).
+    pub batches: usize,
+    /// Streams whose batch failed, with the error.
+    pub failed: Vec<(String, Error)>,
+}
 
 /// What one batch decided, before it ran.
 #[derive(Clone)]
@@ -213,20 +238,77 @@ impl Inner {
 
     /// One batch for one stream (M3–M15). Returns whether rows remain after it.
     fn process_one(self: &Arc<Self>, name: &str) -> Result<bool> {
+        Ok(self.try_batch(name)? == Batch::RowsRemain)
+    }
+
+    /// One batch for one stream, unless another batch of the stream is running.
+    fn try_batch(self: &Arc<Self>, name: &str) -> Result<Batch> {
         let now = wall_ms();
         let (cfg, mem_through, profile_seq) = {
             let mut st = self.state.lock();
-            let Some(rt) = st.streams.get_mut(name) else { return Ok(false) };
-            let Some(cfg) = rt.touch().cloned() else { return Ok(false) };
+            let Some(rt) = st.streams.get_mut(name) else { return Ok(Batch::CaughtUp) };
+            let Some(cfg) = rt.touch().cloned() else { return Ok(Batch::CaughtUp) };
             if rt.busy {
-                return Ok(false);
+                return Ok(Batch::Busy);
             }
             rt.busy = true;
             (cfg, rt.processed_through, rt.profile_seq)
         };
         let result = self.process_locked(name, &cfg, mem_through, profile_seq, now);
         self.end_batch(name);
-        result
+        Ok(if result? { Batch::RowsRemain } else { Batch::CaughtUp })
+    }
+
+    /// A processing pass on demand (the reference manager's `tick()`), whether or not the loop
+    /// runs: re-reads the host's profiles (with `profile_poll_ms`), then runs batches of every
+    /// touch-enabled stream until it has processed every row committed before the call (a
+    /// batch the loop is running is waited for), then the upkeep of a full tick (checkpoints
+    /// written, M17, M18). Every touch of those rows is in its journal when this returns. A
+    /// stream whose batch fails is counted in `failed` and left to the loop's backoff (M16).
+    pub(crate) fn tick_now(self: &Arc<Self>) -> Result<TickReport> {
+        if self.opts.profile_poll_ms > 0 {
+            self.reload_profiles(None)?;
+        }
+        let mut streams: Vec<String> = {
+            // Every stream is processed up to now, so none stays dirty (a later append marks
+            // its stream again).
+            let mut st = self.state.lock();
+            st.dirty.clear();
+            st.dirty_set.clear();
+            st.streams.iter().filter(|(_, rt)| rt.touch().is_some()).map(|(n, _)| n.clone()).collect()
+        };
+        streams.sort();
+        let mut report = TickReport { streams: streams.len(), ..TickReport::default() };
+        for name in &streams {
+            loop {
+                if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+                    return Err(Error::Closed("TouchEngine"));
+                }
+                match crate::error::catch_panic(|| self.try_batch(name)) {
+                    Ok(Batch::Busy) => std::thread::sleep(TICK_BUSY_POLL),
+                    Ok(done) => {
+                        if let Some(rt) = self.state.lock().streams.get_mut(name) {
+                            rt.backoff.record_success();
+                        }
+                        report.batches += 1;
+                        if done == Batch::CaughtUp {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        if let Some(rt) = self.state.lock().streams.get_mut(name) {
+                            rt.backoff.record_failure(wall_ms());
+                        }
+                        report.failed.push((name.clone(), e));
+                        break;
+                    }
+                }
+            }
+        }
+        self.persist_checkpoints(true)?;
+        self.upkeep(wall_ms());
+        self.check_settles();
+        Ok(report)
     }
 
     /// The stream is no longer busy; templates activated while its batch ran get their keys

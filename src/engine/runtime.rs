@@ -175,17 +175,6 @@ impl StreamRt {
     }
 }
 
-/// M19's limits from `touch.memory`.
-pub fn hot_limits(cfg: &TouchConfig) -> HotLimits {
-    let m = &cfg.memory;
-    HotLimits {
-        key_grace_ms: m.hot_key_ttl_ms.floor().max(1.0) as i64,
-        template_grace_ms: m.hot_template_ttl_ms.floor().max(1.0) as i64,
-        max_keys: m.hot_max_keys.floor().max(1.0) as usize,
-        max_templates: m.hot_max_templates.floor().max(1.0) as usize,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -312,3 +312,76 @@ fn an_activation_on_a_stream_deleted_behind_the_engines_back_is_not_found() {
     assert_eq!(err.code(), "ERR_STREAM_NOT_FOUND", "{err}");
     blocking(|r| engine.close(r)).unwrap();
 }
+
+/// An engine without the loop, as a host with `touchCheckIntervalMs: 0` runs it.
+fn setup_without_loop() -> (tempfile::TempDir, Store, TouchEngine) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("e.sqlite").to_str().unwrap(), StoreOptions::default()).unwrap();
+    blocking(|r| store.create_stream("s".into(), Some("application/json".into()), None, r)).unwrap();
+    let engine = TouchEngine::open(
+        store.clone(),
+        EngineOptions { auto_process: false, max_batch_rows: 2, ..Default::default() },
+    )
+    .unwrap();
+    let profile =
+        r#"{"kind":"state-protocol","touch":{"enabled":true,"memory":{"hotKeyTtlMs":40,"hotTemplateTtlMs":40}}}"#;
+    engine.set_profile("s", &parse(profile).unwrap()).unwrap();
+    (dir, store, engine)
+}
+
+#[test]
+fn without_the_loop_nothing_is_processed_until_a_tick_which_processes_every_row_before_it() {
+    let (_d, store, engine) = setup_without_loop();
+    let table = key_id(table_key(b"public.posts"));
+    let journal = engine.journal("s", true).unwrap().unwrap();
+    let generation = journal.generation();
+    append(&store, &[ROW, ROW, ROW, ROW, ROW]);
+    std::thread::sleep(Duration::from_millis(50));
+    journal.flush();
+    assert!(!journal.maybe_touched_since(table, generation), "no loop: nothing processed yet");
+    let report = blocking(|r| engine.tick(r)).unwrap();
+    // Five rows in batches of at most two: three batches, every row before the call.
+    assert_eq!((report.streams, report.batches, report.failed.len()), (1, 3, 0));
+    assert!(journal.read(|s| s.pending_keys()) > 0, "the touches are in the journal when the tick returns");
+    journal.flush();
+    assert!(journal.maybe_touched_since(table, generation));
+    let meta = blocking(|r| engine.meta("s", false, 0.0, r)).unwrap();
+    assert_eq!((meta.lag_source_offsets, meta.processed_through), (0, Some(4)));
+    assert_eq!(engine.memory(5).0.dirty_streams, 0, "a tick leaves no stream dirty");
+    // Nothing new: one batch that finds nothing.
+    assert_eq!(blocking(|r| engine.tick(r)).unwrap().batches, 1);
+    blocking(|r| engine.close(r)).unwrap();
+    assert_eq!(blocking(|r| engine.tick(r)).unwrap_err().code(), "ERR_CLOSED");
+}
+
+#[test]
+fn meta_settles_without_the_loop() {
+    let (_d, store, engine) = setup_without_loop();
+    append(&store, &[ROW]);
+    blocking(|r| engine.tick(r)).unwrap();
+    let meta = blocking(|r| engine.meta("s", true, 2000.0, r)).unwrap();
+    assert!(meta.settled, "the pending bucket flushes and no lag is left");
+    blocking(|r| engine.close(r)).unwrap();
+}
+
+#[test]
+fn hot_interest_leases_count_until_released_and_meta_sweeps_them_after_the_grace() {
+    let (_d, _store, engine) = setup_without_loop();
+    let tpl = "0123456789abcdef".to_string();
+    let id =
+        engine.begin_hot_interest("s", hot::InterestMode::Fine, &[1, 2, 2], &[tpl.clone(), "nope".into()]).unwrap();
+    let (_, _, v) = engine.runtime("s").unwrap();
+    assert_eq!((v.hot_fine_keys, v.hot_templates, v.fine_waiters_active), (2, 1, 1));
+    assert!(engine.release_hot_interest(id));
+    assert!(!engine.release_hot_interest(id), "a lease is released once");
+    let (_, _, v) = engine.runtime("s").unwrap();
+    assert_eq!((v.hot_fine_keys_grace, v.hot_templates_grace, v.fine_waiters_active), (2, 1, 0));
+    // The sweep is paced (at least 250 ms apart, M19) and meta reads through it.
+    std::thread::sleep(Duration::from_millis(400));
+    let meta = blocking(|r| engine.meta("s", false, 0.0, r)).unwrap();
+    assert_eq!((meta.runtime.hot_fine_keys, meta.runtime.hot_templates), (0, 0));
+    assert_eq!(engine.memory(5).0.hot_fine_streams, 0, "the empty hot state is dropped");
+    let err = engine.begin_hot_interest("none", hot::InterestMode::Coarse, &[], &[]).unwrap_err();
+    assert_eq!(err.code(), "ERR_STREAM_NOT_FOUND");
+    blocking(|r| engine.close(r)).unwrap();
+}

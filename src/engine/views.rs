@@ -101,7 +101,15 @@ impl TouchEngine {
         let name = stream.to_string();
         let deadline_ms = wall_ms() + timeout_ms.clamp(0.0, wait::MAX_TIMEOUT_MS) as i64;
         std::thread::spawn(move || {
-            let view = engine.inner.meta_view(&name, &cfg);
+            let mut view = engine.inner.meta_view(&name, &cfg);
+            if !engine.inner.opts.auto_process {
+                // No loop checks settles: poll here, as the reference route does.
+                while !engine.is_closed() && matches!(&view, Ok(v) if settle && !v.settled && wall_ms() < deadline_ms) {
+                    std::thread::sleep(super::process::SETTLE_POLL);
+                    view = engine.inner.meta_view(&name, &cfg);
+                }
+                return reply(view);
+            }
             match view {
                 Ok(v) if settle && !v.settled && wall_ms() < deadline_ms => {
                     let mut st = engine.inner.state.lock();
@@ -112,6 +120,18 @@ impl TouchEngine {
                 other => reply(other),
             }
         });
+    }
+
+    /// The reference manager's `getTouchRuntimeSnapshot`, without reading the file: the
+    /// touch mode, the lag the last batch left (M21) and the stream's runtime, its hot state
+    /// swept first.
+    pub fn runtime(&self, stream: &str) -> Result<(TouchMode, i64, RuntimeView)> {
+        self.check_open()?;
+        let cfg = self.touch_config(stream)?;
+        let mut st = self.inner.state.lock();
+        let rt = st.streams.get_mut(stream).ok_or_else(|| Error::TouchNotEnabled("touch not enabled".into()))?;
+        let view = runtime_view(rt, &cfg, wall_ms());
+        Ok((rt.runtime_touch_mode(), rt.lag_source_offsets, view))
     }
 
     /// Stats: the collector's window (reset), the reporter line, memory and per-stream totals.
@@ -126,11 +146,12 @@ impl TouchEngine {
         let collector = self.inner.stats.snapshot_and_reset();
         let store = self.inner.store.stats();
         let (memory, top_streams) = self.memory(5);
-        let st = self.inner.state.lock();
+        let mut st = self.inner.state.lock();
         let mut streams = Vec::new();
-        for (name, rt) in &st.streams {
-            if let Some(cfg) = rt.touch() {
-                streams.push((name.clone(), rt.runtime_touch_mode(), rt.lag_source_offsets, runtime_view(rt, cfg)));
+        for (name, rt) in st.streams.iter_mut() {
+            if let Some(cfg) = rt.touch().cloned() {
+                let view = runtime_view(rt, &cfg, now);
+                streams.push((name.clone(), rt.runtime_touch_mode(), rt.lag_source_offsets, view));
             }
         }
         streams.sort_by(|a, b| a.0.cmp(&b.0));
@@ -194,12 +215,11 @@ impl TouchEngine {
     }
 }
 
-fn runtime_view(rt: &StreamRt, cfg: &TouchConfig) -> RuntimeView {
-    let snap = match &rt.hot {
-        Some(h) => h.snapshot(),
-        None => hot::HotSnapshot::empty(),
-    };
-    let _ = cfg;
+/// The stream's runtime as the reference's `getTouchRuntimeSnapshot` reads it: the hot state is
+/// swept first (M19's paced sweep), so keys and templates whose grace has passed are gone
+/// whether or not a batch or a wait ran since.
+fn runtime_view(rt: &mut StreamRt, cfg: &TouchConfig, now_ms: i64) -> RuntimeView {
+    let snap = rt.hot_snapshot(&hot::hot_limits(cfg), now_ms);
     RuntimeView {
         hot_fine_keys: snap.hot_key_count(),
         hot_templates: snap.hot_template_count(),
@@ -242,7 +262,7 @@ impl Inner {
         let mem = rt.processed_through.filter(|_| rt.incarnation.is_none_or(|c| c == stream_row.created_at_ms));
         let processed = mem.or(state.map(|s| s.processed_through));
         let lag = processed.map(|p| (stream_row.next_offset - 1 - p).max(0)).unwrap_or(0);
-        let runtime = runtime_view(rt, cfg);
+        let runtime = runtime_view(rt, cfg, wall_ms());
         Ok(TouchMetaView {
             settled: journal.pending_keys == 0 && lag == 0 && !rt.busy,
             journal,

@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::hot::hot_limits;
 use super::hot::{HotLease, HotState, InterestMode};
-use super::runtime::hot_limits;
+use super::interest::release_lease;
 use super::{templates, wall_ms, TouchEngine};
 use crate::error::{Error, Result};
 use crate::journal::{parse_cursor, CheckOrWait, Journal, KeyIds, WaitRequest, WaiterId};
@@ -152,7 +153,7 @@ fn bucket_fields(s: &crate::journal::JournalState) -> (i64, i64, i64) {
 }
 
 impl TouchEngine {
-    fn heartbeat(&self, stream: &str, cfg: &TouchConfig, ids: &[String]) {
+    pub(crate) fn heartbeat(&self, stream: &str, cfg: &TouchConfig, ids: &[String]) {
         let now = wall_ms();
         self.inner.registry.heartbeat(stream, ids, now);
         let interval = cfg.templates.last_seen_persist_interval_ms;
@@ -162,7 +163,9 @@ impl TouchEngine {
         }
     }
 
-    fn record_wait(&self, stream: &str, outcome: &'static str) {
+    /// Counts a wait's outcome (`"touched"`, `"timeout"` or `"stale"`) in the stream's totals
+    /// (M21), as the reference's `recordWaitMetrics` does.
+    pub fn record_wait(&self, stream: &str, outcome: &str) {
         if let Some(rt) = self.inner.state.lock().streams.get_mut(stream) {
             match outcome {
                 "touched" => rt.totals.wait_touched += 1.0,
@@ -207,17 +210,7 @@ impl TouchEngine {
         let release = {
             let inner = self.inner.clone();
             let name = stream.to_string();
-            Once::new(move || {
-                let mut st = inner.state.lock();
-                if let Some(rt) = st.streams.get_mut(&name) {
-                    if let Some(h) = &mut rt.hot {
-                        h.release(&lease, &limits, wall_ms());
-                        if !h.sweep(&limits, wall_ms(), true) {
-                            rt.hot = None;
-                        }
-                    }
-                }
-            })
+            Once::new(move || release_lease(&inner.state, &name, &lease, &limits))
         };
         let since = if args.cursor == "now" {
             None
