@@ -21,52 +21,62 @@ const chunks = (list) => {
   return out;
 };
 
-export class TouchJournal extends native.TouchJournal {
-  waitForAny(args) {
-    if (args === null || typeof args !== "object") return super.waitForAny(args);
+/**
+ * `waitForAny` with the reference journal's contract over a native one (`wait`, bound to its
+ * journal): the generation taken through `>>> 0`, and any number of keys and exact keys.
+ */
+export function bridgeWaitForAny(wait) {
+  return function waitForAny(args) {
+    if (args === null || typeof args !== "object") return wait(args);
     args = { ...args, afterGeneration: args.afterGeneration >>> 0 };
     const exact = args.exactKeys;
     const big = (args.keys?.length ?? 0) > MAX_WAIT_KEYS || (Array.isArray(exact) && exact.length > MAX_WAIT_KEYS);
-    if (!big) return super.waitForAny(args);
-    return this.#waitInParts(args);
-  }
+    if (!big) return wait(args);
+    return waitInParts(wait, args);
+  };
+}
 
-  async #waitInParts(args) {
-    // The reference's normalisation of the key lists (dedupe; exact keys trimmed, lowercased,
-    // 16 hex), so the parts are as few as possible.
-    const keys = [...new Set(Array.from(args.keys, (k) => k >>> 0))];
-    const exact = Array.isArray(args.exactKeys)
-      ? [...new Set(args.exactKeys.map((k) => String(k).trim().toLowerCase()).filter((k) => /^[0-9a-f]{16}$/.test(k)))]
-      : [];
-    if (keys.length <= MAX_WAIT_KEYS && exact.length <= MAX_WAIT_KEYS) {
-      return super.waitForAny({ ...args, keys, exactKeys: exact.length > 0 ? exact : null });
-    }
-    if (args.signal?.aborted) return null;
-    const stop = new AbortController();
-    const onAbort = () => stop.abort();
-    args.signal?.addEventListener("abort", onAbort, { once: true });
-    const afterGeneration = args.afterGeneration;
-    const parts = [
-      ...chunks(keys).map((k) => ({ keys: k, exactKeys: null })),
-      ...chunks(exact).map((e) => ({ keys: [], exactKeys: e })),
-    ];
-    try {
-      return await new Promise((resolve, reject) => {
-        let open = parts.length;
-        for (const part of parts) {
-          super
-            .waitForAny({ ...part, afterGeneration, timeoutMs: args.timeoutMs, signal: stop.signal })
-            .then((hit) => {
-              if (hit) {
-                stop.abort();
-                resolve(hit);
-              } else if (--open === 0) resolve(null);
-            }, reject);
-        }
-      });
-    } finally {
-      stop.abort();
-      args.signal?.removeEventListener("abort", onAbort);
-    }
+async function waitInParts(wait, args) {
+  // The reference's normalisation of the key lists (dedupe; exact keys trimmed, lowercased,
+  // 16 hex), so the parts are as few as possible.
+  const keys = [...new Set(Array.from(args.keys, (k) => k >>> 0))];
+  const exact = Array.isArray(args.exactKeys)
+    ? [...new Set(args.exactKeys.map((k) => String(k).trim().toLowerCase()).filter((k) => /^[0-9a-f]{16}$/.test(k)))]
+    : [];
+  if (keys.length <= MAX_WAIT_KEYS && exact.length <= MAX_WAIT_KEYS) {
+    return wait({ ...args, keys, exactKeys: exact.length > 0 ? exact : null });
+  }
+  if (args.signal?.aborted) return null;
+  const stop = new AbortController();
+  const onAbort = () => stop.abort();
+  args.signal?.addEventListener("abort", onAbort, { once: true });
+  const afterGeneration = args.afterGeneration;
+  const parts = [
+    ...chunks(keys).map((k) => ({ keys: k, exactKeys: null })),
+    ...chunks(exact).map((e) => ({ keys: [], exactKeys: e })),
+  ];
+  try {
+    return await new Promise((resolve, reject) => {
+      let open = parts.length;
+      for (const part of parts) {
+        wait({ ...part, afterGeneration, timeoutMs: args.timeoutMs, signal: stop.signal }).then((hit) => {
+          if (hit) {
+            stop.abort();
+            resolve(hit);
+          } else if (--open === 0) resolve(null);
+        }, reject);
+      }
+    });
+  } finally {
+    stop.abort();
+    args.signal?.removeEventListener("abort", onAbort);
+  }
+}
+
+export class TouchJournal extends native.TouchJournal {
+  #wait = bridgeWaitForAny((args) => super.waitForAny(args));
+
+  waitForAny(args) {
+    return this.#wait(args);
   }
 }

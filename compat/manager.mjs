@@ -1,8 +1,20 @@
 // The Prisma Streams server's `TouchProcessorManager` (`touch/manager.ts`) on the native
-// engine. Same constructor, and every member the server calls (`start`, `stop`, `notify`,
-// `getMemoryStats`, `getTopStreams`); the touch routes (compat/routes.mjs, swapped in with it)
-// reach the engine through `engine`, `withProfile`, `recordWaitMetrics` and
-// `recordActivation`.
+// engine. Same constructor, and every public member of the reference class, with its
+// arguments, return shapes and errors (`__test__/compat-manager-surface.spec.mjs` reads the
+// member list from the reference's source and runs each one on both classes):
+//
+// - `start`, `stop`, `notify`, `tick` (one processing pass now: `TouchEngine.tick`);
+// - `getMemoryStats`, `getTopStreams` (`TouchEngine.memoryStats`);
+// - `activateTemplates`, `heartbeatTemplates` (the engine's template registry);
+// - `beginHotWaitInterest` (`TouchEngine.beginHotInterest` / `releaseHotInterest`);
+// - `getTouchRuntimeSnapshot` (`TouchEngine.runtime`, hot state swept as the reference does);
+// - `recordWaitMetrics` (`live.metrics` and `TouchEngine.recordWait`);
+// - `resolveTemplateEntitiesForWait` (the reference's query, on the server's connection);
+// - `getOrCreateJournal`, `getJournalIfExists` (`TouchEngine.journal`: the engine's own
+//   journal of the stream, so touches and waits through it reach the engine's waiters).
+//
+// The touch routes (compat/routes.mjs, swapped in with it) reach the engine through `engine`,
+// `withProfile`, `recordRouteWait` and `recordActivation`.
 //
 // The engine opens the server's own SQLite file with our `Store`. That is sound only because
 // the swap also replaces the server's SQLite binding (`sqlite/adapter.ts`) with ours
@@ -20,6 +32,7 @@
 // server calls `notify(stream)` after each committed append and the engine's loop runs at
 // once; the configured tick is its safety net.
 import { Store, TouchEngine } from "../index.js";
+import { bridgeWaitForAny } from "./journal.mjs";
 import { hostConnectionOf } from "./sqlite-adapter.mjs";
 
 /** Set on what durable-touch puts in place of the server's own (the swap's tests look). */
@@ -27,6 +40,54 @@ const NATIVE = Symbol.for("durable-touch.native");
 
 /** How often the engine re-reads the server's profiles (ms). */
 const PROFILE_POLL_MS = 1000;
+
+/** A fine wait with more keys than this is broad: counted, its keys not tracked (M19). */
+const HOT_INTEREST_MAX_KEYS = 64;
+
+const TEMPLATE_ID = /^[0-9a-f]{16}$/;
+
+/** Engine errors for a stream the engine has no touch config for (or does not know). */
+const noTouch = (e) => e?.code === "ERR_TOUCH_NOT_ENABLED" || e?.code === "ERR_STREAM_NOT_FOUND";
+
+/** The reference's snapshot of a stream it holds no runtime state for. */
+const EMPTY_RUNTIME = Object.freeze({
+  lagSourceOffsets: 0,
+  touchMode: "fine",
+  hotFineKeys: 0,
+  hotTemplates: 0,
+  hotFineKeysActive: 0,
+  hotFineKeysGrace: 0,
+  hotTemplatesActive: 0,
+  hotTemplatesGrace: 0,
+  fineWaitersActive: 0,
+  coarseWaitersActive: 0,
+  broadFineWaitersActive: 0,
+  hotKeyFilteringEnabled: true,
+  hotTemplateFilteringEnabled: false,
+  scanRowsTotal: 0,
+  scanBatchesTotal: 0,
+  scannedButEmitted0BatchesTotal: 0,
+  processedThroughDeltaTotal: 0,
+  touchesEmittedTotal: 0,
+  touchesTableTotal: 0,
+  touchesTemplateTotal: 0,
+  fineTouchesDroppedDueToBudgetTotal: 0,
+  fineTouchesSkippedColdTemplateTotal: 0,
+  fineTouchesSkippedColdKeyTotal: 0,
+  fineTouchesSkippedTemplateBucketTotal: 0,
+  waitTouchedTotal: 0,
+  waitTimeoutTotal: 0,
+  waitStaleTotal: 0,
+  journalFlushesTotal: 0,
+  journalNotifyWakeupsTotal: 0,
+  journalNotifyWakeMsTotal: 0,
+  journalNotifyWakeMsMax: 0,
+  journalTimeoutsFiredTotal: 0,
+  journalTimeoutSweepMsTotal: 0,
+});
+
+/** Unique 16-hex template ids of a list, as the reference reads `templateIdsUsed`. */
+const templateIds = (list) => [...new Set(Array.from(list ?? [], (x) => String(x).trim()).filter((x) => TEMPLATE_ID.test(x)))];
 
 /**
  * The manager class for a server whose modules `host` names: `openSqliteDatabase` (its
@@ -50,6 +111,7 @@ export function createTouchProcessorManager(host = {}) {
       this.db = db;
       this.profiles = profiles;
       this.known = new Set();
+      this.journals = new Map();
       this.stopped = false;
       const workers = Math.floor(Number(cfg.touchWorkers ?? 1));
       const interval = Math.floor(Number(cfg.touchCheckIntervalMs ?? 250));
@@ -71,7 +133,10 @@ export function createTouchProcessorManager(host = {}) {
       this.liveMetrics =
         typeof LiveMetricsV2 === "function"
           ? new LiveMetricsV2(db, ingest, profiles, {
-              getTouchJournal: () => null,
+              getTouchJournal: (stream) => {
+                const j = this.getJournalIfExists(stream);
+                return j ? { meta: j.getMeta(), interval: j.snapshotAndResetIntervalStats() } : null;
+              },
               onAppended: ({ lastOffset, stream }) => {
                 notifier?.notify?.(stream, lastOffset);
                 notifier?.notifyDetailsChanged?.(stream);
@@ -103,6 +168,24 @@ export function createTouchProcessorManager(host = {}) {
     /** Called by the server after each committed append: processing starts at once. */
     notify(stream) {
       if (!this.stopped) this.engine.notify(stream);
+    }
+
+    /**
+     * One processing pass now, as the reference's `tick()` (which the server's tests call with
+     * `touchCheckIntervalMs: 0`, i.e. no loop): resolves once every row committed before the
+     * call is processed and its touches are in the stream's journal. Nothing with no touch
+     * workers or once stopped; a stream whose batch fails is logged, as by the reference.
+     */
+    async tick() {
+      if (this.stopped || !(Number(this.cfg.touchWorkers) > 0)) return;
+      let r;
+      try {
+        r = await this.engine.tick();
+      } catch (e) {
+        if (e?.code === "ERR_CLOSED" && this.stopped) return;
+        throw e;
+      }
+      for (const f of r.failed) console.error("touch processor failed", f.stream, f.message);
     }
 
     /**
@@ -173,7 +256,10 @@ export function createTouchProcessorManager(host = {}) {
       }));
     }
 
-    /** The reference manager's activation member, for any caller other than the routes. */
+    /**
+     * The reference's `activateTemplates`: `baseStreamNextOffset` and `activeFromTouchOffset`
+     * are read by the engine itself, under its lock with the activation (T5).
+     */
     activateTemplates({ stream, touchCfg, templates, inactivityTtlMs }) {
       const options = inactivityTtlMs === undefined ? undefined : { inactivityTtlMs };
       const res = this.withProfile(stream, () => this.engine.activateTemplates(stream, templates, options));
@@ -181,9 +267,113 @@ export function createTouchProcessorManager(host = {}) {
       return { activated: res.activated, denied: res.denied };
     }
 
-    /** Wait outcomes for `live.metrics` (the engine counts them for `meta` itself). */
-    recordWaitMetrics({ stream, touchCfg, keysCount, outcome, latencyMs }) {
+    /** T8: the templates a fine wait uses are seen now (their inactivity TTL restarts). */
+    heartbeatTemplates({ stream, templateIdsUsed }) {
+      const ids = Array.from(templateIdsUsed ?? [], String);
+      try {
+        this.withProfile(stream, () => {
+          for (let i = 0; i < ids.length; i += 1024) this.engine.heartbeatTemplates(stream, ids.slice(i, i + 1024));
+        });
+      } catch (e) {
+        if (!noTouch(e)) throw e;
+      }
+    }
+
+    /**
+     * M19 for a wait the caller runs itself: returns the function that releases it (once;
+     * later calls do nothing). A stream without touch holds no interest.
+     */
+    beginHotWaitInterest({ stream, keyIds, templateIdsUsed, interestMode }) {
+      const fine = interestMode === "fine";
+      const keys = Array.from(keyIds ?? [], (raw) => Number(raw) >>> 0);
+      const interest = {
+        // A broad wait is only counted, so its first keys are enough to say it is broad.
+        keyIds: fine ? keys.slice(0, HOT_INTEREST_MAX_KEYS + 1) : [],
+        templateIdsUsed: fine ? templateIds(templateIdsUsed) : [],
+        interestMode: fine ? "fine" : "coarse",
+      };
+      let id;
+      try {
+        id = this.withProfile(stream, () => this.engine.beginHotInterest(stream, interest));
+      } catch (e) {
+        if (!noTouch(e)) throw e;
+        return () => {};
+      }
+      return () => {
+        if (id === undefined) return;
+        this.engine.releaseHotInterest(id);
+        id = undefined;
+      };
+    }
+
+    /** M21: hot counts (swept first), the touch mode, the last batch's lag and the totals. */
+    getTouchRuntimeSnapshot({ stream }) {
+      try {
+        return this.withProfile(stream, () => this.engine.runtime(stream));
+      } catch (e) {
+        if (!noTouch(e)) throw e;
+        return { ...EMPTY_RUNTIME };
+      }
+    }
+
+    /** The reference's `recordWaitMetrics`: `live.metrics` and the stream's wait totals. */
+    recordWaitMetrics(args) {
+      this.recordRouteWait(args);
+      const { stream, outcome } = args;
+      this.engine.recordWait(stream, outcome === "touched" || outcome === "timeout" ? outcome : "stale");
+    }
+
+    /** Wait outcomes of the swapped routes for `live.metrics` (`TouchEngine.wait` counts its own). */
+    recordRouteWait({ stream, touchCfg, keysCount, outcome, latencyMs }) {
       this.liveMetrics?.recordWait(stream, touchCfg, keysCount, outcome, latencyMs);
+    }
+
+    /** The entities of the stream's active templates among `templateIdsUsed` (W3's table keys). */
+    resolveTemplateEntitiesForWait({ stream, templateIdsUsed }) {
+      const ids = templateIds(templateIdsUsed);
+      if (ids.length === 0) return [];
+      const entities = new Set();
+      for (let i = 0; i < ids.length; i += 200) {
+        const chunk = ids.slice(i, i + 200);
+        const placeholders = chunk.map(() => "?").join(",");
+        const rows = this.db.db
+          .query(`SELECT DISTINCT entity FROM live_templates WHERE stream=? AND state='active' AND template_id IN (${placeholders});`)
+          .all(stream, ...chunk);
+        for (const row of rows) {
+          const entity = String(row?.entity ?? "").trim();
+          if (entity !== "") entities.add(entity);
+        }
+      }
+      return Array.from(entities);
+    }
+
+    /**
+     * The stream's journal in the engine (M20), created if need be: the one its batches touch
+     * and its waits park in. The same object while the engine keeps that journal.
+     */
+    getOrCreateJournal(stream, _touchCfg) {
+      return this.#journal(stream, this.withProfile(stream, () => this.engine.journal(stream)));
+    }
+
+    /** The stream's journal if one was created (by a wait, a meta read, a batch), else null. */
+    getJournalIfExists(stream) {
+      let native;
+      try {
+        native = this.engine.journal(stream, { create: false });
+      } catch (e) {
+        if (noTouch(e) || e?.code === "ERR_CLOSED") return null;
+        throw e;
+      }
+      return native === null ? null : this.#journal(stream, native);
+    }
+
+    /** One wrapper per engine journal: the reference journal's `waitForAny` contract on it. */
+    #journal(stream, native) {
+      const known = this.journals.get(stream);
+      if (known !== undefined && known.getEpoch() === native.getEpoch()) return known;
+      Object.defineProperty(native, "waitForAny", { value: bridgeWaitForAny(native.waitForAny.bind(native)) });
+      this.journals.set(stream, native);
+      return native;
     }
 
     recordActivation(stream, touchCfg, res) {

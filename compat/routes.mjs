@@ -203,7 +203,7 @@ async function handleWait(args, touchCfg) {
   }
   const outcome = r.stale ? "stale" : r.touched ? "touched" : "timeout";
   const keysCount = Array.isArray(body?.keyIds) && body.keyIds.length > 0 ? body.keyIds.length : Array.isArray(body?.keys) ? body.keys.length : 0;
-  touchManager.recordWaitMetrics({ stream, touchCfg, keysCount, outcome, latencyMs: Date.now() - startedMs });
+  touchManager.recordRouteWait({ stream, touchCfg, keysCount, outcome, latencyMs: Date.now() - startedMs });
   const tail = {
     effectiveWaitKind: r.effectiveWaitKind,
     bucketMaxSourceOffsetSeq: r.bucketMaxSourceOffsetSeq,

@@ -12,6 +12,8 @@ export const JSON_HEADERS = { "content-type": "application/json" };
 
 export type Reply = { status: number; body: any; text: string; headers: Headers };
 export type Server = {
+  /** The app itself (`app.deps.touch` is the server's touch manager). */
+  app: any;
   base: string;
   port: number;
   fetch: (path: string, init?: RequestInit) => Promise<Response>;
@@ -39,6 +41,7 @@ export function startServer(root: string, overrides: Record<string, unknown> = {
   const base = `http://127.0.0.1:${server.port}`;
   const fetchPath = (path: string, init?: RequestInit) => fetch(base + path, init);
   return {
+    app,
     base,
     port: server.port,
     fetch: fetchPath,
