@@ -7,7 +7,8 @@
 // `serve` (the default) starts the Live HTTP server; SIGINT/SIGTERM close it cleanly
 // (pending waits are answered, the store is closed). `swap` rewrites the reference server's
 // SQLite adapter, touch manager, touch routes, touch journal and worker pool modules into
-// shims over durable-touch/compat (lib/swap.mjs).
+// shims over durable-touch/compat (lib/swap.mjs), and says what a bundle of the swapped server
+// needs (durable-touch external and installed where the bundle runs).
 const argv = process.argv.slice(2);
 const command = argv[0] && !argv[0].startsWith("--") ? argv.shift() : "serve";
 const flag = (name) => {
@@ -27,14 +28,16 @@ if (command === "serve") {
   process.once("SIGINT", () => stop("SIGINT"));
   process.once("SIGTERM", () => stop("SIGTERM"));
 } else if (command === "swap") {
-  const { swap } = await import("../lib/swap.mjs");
+  const { swap, BUNDLE_NOTE } = await import("../lib/swap.mjs");
   const target = argv.find((a) => !a.startsWith("--"));
   if (!target) {
     console.error("usage: durable-touch swap <path-to-server-src> [--undo]");
     process.exit(2);
   }
   try {
-    for (const line of swap(target, { undo: argv.includes("--undo") })) console.log(line);
+    const undo = argv.includes("--undo");
+    for (const line of swap(target, { undo })) console.log(line);
+    if (!undo) console.log(BUNDLE_NOTE);
   } catch (e) {
     console.error(`durable-touch swap: ${e.message}`);
     process.exit(1);

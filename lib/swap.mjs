@@ -20,12 +20,26 @@
 // The originals are kept next to them as `*.ts.orig`; `--undo` puts them back byte for byte.
 // Swapping twice is swapping once; undoing an unswapped tree changes nothing; a tree whose
 // modules export anything unexpected is refused untouched.
+//
+// Bundles (`bun build` of the server's `src/compute/` entry with its worker entries, as
+// `compute/worker_module_url.ts` expects them) work when durable-touch stays external: its
+// compat modules load the package's own files with `createRequire(import.meta.url)`, which
+// a bundler leaves to run time, relative to the bundle. The swap leaves
+// `touch/processor_worker.ts` (and every other worker entry) in place, so such a build's
+// entry points are all still there. The CLI prints BUNDLE_NOTE after a swap;
+// __test__/compat-swap-bundle.spec.mjs builds, starts and serves such a bundle.
 import { createRequire } from "node:module";
 import { chmodSync, copyFileSync, existsSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 
 const MARKER = "// durable-touch swap:";
 const FROM = "durable-touch/compat";
+
+/** What a bundled deployment of the swapped server needs (printed by `durable-touch swap`). */
+export const BUNDLE_NOTE =
+  "note: to bundle the swapped server (bun build), keep durable-touch external (--external durable-touch) " +
+  "and install durable-touch, with better-result, where the bundle runs (in a node_modules beside it): " +
+  "its native module and its compat files are loaded from there at run time";
 
 /**
  * The modules, with the names the server imports from them (values, then types), where the
