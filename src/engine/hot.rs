@@ -1,5 +1,6 @@
 //! Hot interest (M19): which fine keys and templates clients are waiting on right now, per
-//! stream, with grace periods after the last waiter leaves and caps on how much is tracked.
+//! stream, with grace periods after the last waiter leaves and caps on how much is tracked
+//! ([`HotLimits`], read from `touch.memory` by [`hot_limits`]).
 //!
 //! The processor uses the snapshot to decide whether fine touches are worth emitting at all
 //! (M4, M8), which templates to expand (hot template filtering, P3) and which fine keys to keep
@@ -8,6 +9,8 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::hash::Hash;
+
+use crate::spec::TouchConfig;
 
 /// A fine wait with more key ids than this is *broad*: it is counted, but its keys are not
 /// tracked (M19).
@@ -25,6 +28,17 @@ pub struct HotLimits {
 impl Default for HotLimits {
     fn default() -> Self {
         HotLimits { key_grace_ms: 10_000, template_grace_ms: 10_000, max_keys: 1_000_000, max_templates: 4096 }
+    }
+}
+
+/// M19's limits from `touch.memory`.
+pub fn hot_limits(cfg: &TouchConfig) -> HotLimits {
+    let m = &cfg.memory;
+    HotLimits {
+        key_grace_ms: m.hot_key_ttl_ms.floor().max(1.0) as i64,
+        template_grace_ms: m.hot_template_ttl_ms.floor().max(1.0) as i64,
+        max_keys: m.hot_max_keys.floor().max(1.0) as usize,
+        max_templates: m.hot_max_templates.floor().max(1.0) as usize,
     }
 }
 

@@ -2,8 +2,7 @@
 //! policy state and its runtime totals (M21).
 
 use crate::engine::hot::{HotLimits, HotSnapshot, HotState};
-use crate::engine::policy::{FailureBackoff, FineTokens, LagHysteresis, RestrictedBucket, WalGcPacer};
-use crate::engine::wait::TouchMode;
+use crate::engine::policy::{FailureBackoff, FineTokens, LagHysteresis, RestrictedBucket, TouchMode, WalGcPacer};
 use crate::journal::{Journal, JournalOptions};
 use crate::processor::tuples::TupleMemory;
 use crate::spec::{StateProtocolProfile, TouchConfig};
@@ -172,17 +171,6 @@ impl StreamRt {
     /// M21: before any batch, `coarseOnly` if the lag flag is set, else `fine`.
     pub fn runtime_touch_mode(&self) -> TouchMode {
         self.touch_mode.unwrap_or(if self.lag.suppressed { TouchMode::CoarseOnly } else { TouchMode::Fine })
-    }
-}
-
-/// M19's limits from `touch.memory`.
-pub fn hot_limits(cfg: &TouchConfig) -> HotLimits {
-    let m = &cfg.memory;
-    HotLimits {
-        key_grace_ms: m.hot_key_ttl_ms.floor().max(1.0) as i64,
-        template_grace_ms: m.hot_template_ttl_ms.floor().max(1.0) as i64,
-        max_keys: m.hot_max_keys.floor().max(1.0) as usize,
-        max_templates: m.hot_max_templates.floor().max(1.0) as usize,
     }
 }
 
