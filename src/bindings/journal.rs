@@ -13,7 +13,7 @@ use napi_derive::napi;
 use super::napi::abort::{self, AbortHook};
 use super::napi::handle::Ref;
 use super::napi::helpers::{self, Helper};
-use super::napi::{throw, unknown, Js, Out, Port, RawValue, Ticket};
+use super::napi::{throw, unknown, Cleanup, Js, Out, Port, RawValue, Ticket};
 use crate::error::Error;
 use crate::journal::bloom::slot_positions;
 use crate::journal::{
@@ -327,6 +327,8 @@ impl HitCache {
     /// Forgets every cached hit and starts over for `env`: the references of `env` are
     /// deleted; those of an environment that ended were deleted by its teardown hook.
     fn reset(&mut self, env: &Env, flush: TouchHit) {
+        // Before the cache holds a reference of `env`.
+        FORGET_HITS.register();
         for (_, r) in self.refs.drain() {
             if r.is_of(env) {
                 // A live reference of this environment: deleting cannot fail.
@@ -338,9 +340,12 @@ impl HitCache {
     }
 }
 
+/// [`forget_hits`], run by every environment's teardown once a hit was cached.
+static FORGET_HITS: Cleanup = Cleanup::new(forget_hits);
+
 /// Deletes this thread's cached hits if they belong to `env` (its teardown, see
 /// [`super::napi::on_teardown`]).
-pub(crate) fn forget_hits(env: &Env) {
+fn forget_hits(env: &Env) {
     HITS.with(|cache| {
         let mut c = cache.borrow_mut();
         if c.env == env.raw() {
