@@ -770,9 +770,10 @@ impl TouchEngine {
     pub fn reload_profiles(&self, env: &Env, streams: Option<Unknown>) -> napi::Result<()> {
         let run = || -> crate::Result<()> {
             let list = match arg(env, &streams).filter(|v| !v.is_nullish()) {
-                Some(v) => Some(
-                    v.elements("streams")?.iter().map(|s| s.string("streams[]")).collect::<crate::Result<Vec<_>>>()?,
-                ),
+                // No cap (any number of streams); the first name refused ends the reading.
+                Some(v) => {
+                    Some(v.items("streams")?.map(|s| s?.string("streams[]")).collect::<crate::Result<Vec<_>>>()?)
+                }
                 None => None,
             };
             self.engine.reload_profiles(list)
