@@ -18,9 +18,9 @@ use super::processor::{parse_output, parse_request, settle};
 use super::store::Store;
 use crate::engine::hot::InterestMode;
 use crate::engine::interest::parse_interest_mode;
+use crate::engine::policy::TouchMode;
 use crate::engine::process::TickReport;
 use crate::engine::templates::{ActivateOutcome, TemplateLimits};
-use crate::engine::wait::TouchMode;
 use crate::engine::wait::{
     parse_inactivity_ttl, parse_template_decls, WaitArgs, WaitControl, WaitKind, WaitReply, MAX_DECLARED_TEMPLATES,
     MAX_WAIT_LIST,
@@ -593,6 +593,11 @@ fn capped<'env>(v: Js<'env>, what: &str) -> crate::Result<Js<'env>> {
     Ok(v)
 }
 
+/// A list of at most `MAX_WAIT_LIST` strings, its length checked before any is read.
+fn capped_strings(v: Js, what: &str) -> crate::Result<Vec<String>> {
+    capped(v, what)?.items(what)?.enumerate().map(|(i, s)| s?.string(&format!("{what}[{i}]"))).collect()
+}
+
 fn stats_js(s: EngineStatsView) -> EngineStats {
     let c = &s.collector;
     EngineStats {
@@ -906,9 +911,10 @@ impl TouchEngine {
     pub fn reload_profiles(&self, env: &Env, streams: Option<Unknown>) -> napi::Result<()> {
         let run = || -> crate::Result<()> {
             let list = match arg(env, &streams).filter(|v| !v.is_nullish()) {
-                Some(v) => Some(
-                    v.elements("streams")?.iter().map(|s| s.string("streams[]")).collect::<crate::Result<Vec<_>>>()?,
-                ),
+                // No cap (any number of streams); the first name refused ends the reading.
+                Some(v) => {
+                    Some(v.items("streams")?.map(|s| s?.string("streams[]")).collect::<crate::Result<Vec<_>>>()?)
+                }
                 None => None,
             };
             self.engine.reload_profiles(list)
@@ -1087,12 +1093,7 @@ impl TouchEngine {
                 None => Vec::new(),
             };
             let templates = match o.opt("templateIdsUsed")? {
-                Some(v) => capped(v, "interest.templateIdsUsed")?
-                    .elements("interest.templateIdsUsed")?
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| s.string(&format!("interest.templateIdsUsed[{i}]")))
-                    .collect::<crate::Result<Vec<String>>>()?,
+                Some(v) => capped_strings(v, "interest.templateIdsUsed")?,
                 None => Vec::new(),
             };
             let mode = match o.opt("interestMode")? {
@@ -1121,12 +1122,7 @@ impl TouchEngine {
     pub fn heartbeat_templates(&self, env: &Env, stream: Unknown, template_ids: Unknown) -> napi::Result<()> {
         let parsed = (|| -> crate::Result<(String, Vec<String>)> {
             let stream = Js::new(env, stream.raw()).string("stream")?;
-            let ids = capped(Js::new(env, template_ids.raw()), "templateIdsUsed")?
-                .elements("templateIdsUsed")?
-                .iter()
-                .enumerate()
-                .map(|(i, s)| s.string(&format!("templateIdsUsed[{i}]")))
-                .collect::<crate::Result<Vec<String>>>()?;
+            let ids = capped_strings(Js::new(env, template_ids.raw()), "templateIdsUsed")?;
             Ok((stream, ids))
         })();
         let (stream, ids) = parsed.map_err(|e| throw(env, e))?;

@@ -23,7 +23,7 @@ use napi_derive::napi;
 use super::napi::callback::{self, CallInfo};
 use super::napi::handle::{handle_ref, new_handle, Handle, Ref};
 use super::napi::shared::{SqlSlots, CELLS};
-use super::napi::{js_error, js_error_with_message, Js, Out, RawValue};
+use super::napi::{js_error, js_error_with_message, Cleanup, Js, Out, RawValue};
 use crate::error::Error;
 use crate::hostdb::{Connection, Cursor, Statement, ValueRef};
 
@@ -52,9 +52,12 @@ thread_local! {
     static SLOTS: RefCell<Option<(Ref, SqlSlots)>> = const { RefCell::new(None) };
 }
 
+/// [`forget_slots`], run by every environment's teardown once `_sqlSlots()` was called.
+static FORGET_SLOTS: Cleanup = Cleanup::new(forget_slots);
+
 /// Deletes this thread's slots reference if it belongs to `env` (its teardown, see
 /// [`super::napi::on_teardown`]).
-pub(crate) fn forget_slots(env: &Env) {
+fn forget_slots(env: &Env) {
     let old = SLOTS.with(|s| {
         let mut s = s.borrow_mut();
         if s.as_ref().is_some_and(|(r, _)| r.is_of(env)) {
@@ -359,6 +362,8 @@ mod imp {
             None => SqlSlots::new(),
         };
         let ab = slots.array_buffer(env)?;
+        // Before SLOTS holds a reference of `env`.
+        FORGET_SLOTS.register();
         let r = Ref::new(c.out().js(ab), 1)?;
         let old = SLOTS.with(|s| s.replace(Some((r, slots))));
         if let Some((old_ref, _)) = old {

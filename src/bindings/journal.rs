@@ -13,12 +13,12 @@ use napi_derive::napi;
 use super::napi::abort::{self, AbortHook};
 use super::napi::handle::Ref;
 use super::napi::helpers::{self, Helper};
-use super::napi::{throw, unknown, Js, Out, Port, RawValue, Ticket};
+use super::napi::{throw, unknown, Cleanup, Js, Out, Port, RawValue, Ticket};
 use crate::error::Error;
 use crate::journal::bloom::slot_positions;
 use crate::journal::{
     parse_cursor, parse_routing_key, Journal, JournalMeta, JournalOptions, KeyIds, Touch, TouchHit, WaitRequest,
-    WaiterId, WakeStats, Waker, WeakJournal,
+    WaiterId, WakeStats, Waker, WeakJournal, MAX_WAIT_KEYS,
 };
 
 /// The journal as the binding uses it: each waiter is resolved through its promise ticket.
@@ -259,23 +259,38 @@ fn u32_or(v: &Js, what: impl FnOnce() -> String) -> JsResult<u32> {
     }
 }
 
-/// Key ids from a `Uint32Array` or an array of numbers.
+/// The most elements a list reader reserves room for before reading them: a list with no cap
+/// (`touchMany`'s key ids, say) may be a sparse array of 2^31 holes, refused at its first.
+const RESERVE_MAX: usize = 65_536;
+
+/// How many key ids `v` holds (a `Uint32Array` or an array), without reading any.
+fn key_count(v: &Js, what: &str) -> JsResult<usize> {
+    if let Some(s) = v.u32_slice() {
+        return Ok(s.len());
+    }
+    let n = v.try_array_len().ok_or_else(|| Error::invalid(format!("{what} must be an array")))?;
+    Ok(n as usize)
+}
+
+/// Key ids from a `Uint32Array` or an array of numbers, read in order up to the first one
+/// refused.
 pub(crate) fn key_ids(v: &Js, what: &str) -> JsResult<Vec<u32>> {
     if let Some(s) = v.u32_slice() {
         return Ok(s.to_vec());
     }
     let n = v.try_array_len().ok_or_else(|| Error::invalid(format!("{what} must be an array")))?;
-    let mut out = Vec::with_capacity(n as usize);
+    let mut out = Vec::with_capacity((n as usize).min(RESERVE_MAX));
     for i in 0..n {
         out.push(u32_or(&v.element(i)?, || format!("{what}[{i}]"))?);
     }
     Ok(out)
 }
 
-/// Routing keys from an array of strings: 16-hex ones parsed, others dropped (J10, J11).
+/// Routing keys from an array of strings: 16-hex ones parsed, others dropped (J10, J11). Read
+/// in order up to the first element refused.
 fn routing_keys(v: &Js, what: &str) -> JsResult<Vec<u64>> {
     let n = v.array_len(what)?;
-    let mut out = Vec::with_capacity(n as usize);
+    let mut out = Vec::with_capacity((n as usize).min(RESERVE_MAX));
     for i in 0..n {
         let item = v.element(i)?;
         if item.type_of() != sys::ValueType::napi_string {
@@ -327,6 +342,8 @@ impl HitCache {
     /// Forgets every cached hit and starts over for `env`: the references of `env` are
     /// deleted; those of an environment that ended were deleted by its teardown hook.
     fn reset(&mut self, env: &Env, flush: TouchHit) {
+        // Before the cache holds a reference of `env`.
+        FORGET_HITS.register();
         for (_, r) in self.refs.drain() {
             if r.is_of(env) {
                 // A live reference of this environment: deleting cannot fail.
@@ -338,9 +355,12 @@ impl HitCache {
     }
 }
 
+/// [`forget_hits`], run by every environment's teardown once a hit was cached.
+static FORGET_HITS: Cleanup = Cleanup::new(forget_hits);
+
 /// Deletes this thread's cached hits if they belong to `env` (its teardown, see
 /// [`super::napi::on_teardown`]).
-pub(crate) fn forget_hits(env: &Env) {
+fn forget_hits(env: &Env) {
     HITS.with(|cache| {
         let mut c = cache.borrow_mut();
         if c.env == env.raw() {
@@ -650,6 +670,11 @@ pub(crate) fn check_wait_args(args: &Js) -> JsResult<()> {
 pub(crate) fn parse_wait_fields<'env>(
     [keys, exact, after, timeout, signal]: [Option<Js<'env>>; 5],
 ) -> JsResult<(WaitRequest, Option<Js<'env>>)> {
+    // Sizes before elements: more keys than a wait takes are refused by the lists' lengths,
+    // before any key is read (a huge or sparse array costs nothing to make).
+    let key_count = keys.as_ref().map(|v| key_count(v, "keys")).transpose()?.unwrap_or(0);
+    let exact_count = exact.as_ref().map(|v| v.array_len("exactKeys")).transpose()?.unwrap_or(0);
+    WaitRequest::check_counts(key_count, exact_count as usize, MAX_WAIT_KEYS)?;
     let keys = match keys {
         Some(v) => key_ids(&v, "keys")?.into(),
         None => KeyIds::new(),
@@ -741,6 +766,15 @@ impl TouchJournal {
                 }
             };
             let n = keys.len();
+            // The other lists must have keyIds' length: checked before their elements are read.
+            let same_length = || Error::invalid("keyIds, sourceOffsetSeqs and routingKeys must have the same length");
+            let check_length = |v: &Js, what: &str| -> JsResult<()> {
+                if v.array_len(what)? as usize == n {
+                    Ok(())
+                } else {
+                    Err(same_length())
+                }
+            };
             let seqs_js = arg(env, &source_offset_seqs).filter(|v| !v.is_nullish());
             let owned_seqs;
             let seqs: Option<&[i64]> = match &seqs_js {
@@ -748,11 +782,11 @@ impl TouchJournal {
                 Some(v) => match v.i64_slice() {
                     Some(s) => Some(s),
                     None => {
-                        let items = v.elements("sourceOffsetSeqs")?;
-                        owned_seqs = items
-                            .iter()
+                        check_length(v, "sourceOffsetSeqs")?;
+                        owned_seqs = v
+                            .items("sourceOffsetSeqs")?
                             .enumerate()
-                            .map(|(i, x)| x.bigint(&format!("sourceOffsetSeqs[{i}]")))
+                            .map(|(i, x)| x?.bigint(&format!("sourceOffsetSeqs[{i}]")))
                             .collect::<JsResult<Vec<i64>>>()?;
                         Some(&owned_seqs)
                     }
@@ -773,11 +807,11 @@ impl TouchJournal {
                         rks_raw = Some(s);
                     }
                     None => {
-                        let items = v.elements("routingKeys")?;
-                        owned_rks = items
-                            .iter()
+                        check_length(v, "routingKeys")?;
+                        owned_rks = v
+                            .items("routingKeys")?
                             .enumerate()
-                            .map(|(i, x)| opt_routing_key(Some(*x), &format!("routingKeys[{i}]")))
+                            .map(|(i, x)| opt_routing_key(Some(x?), &format!("routingKeys[{i}]")))
                             .collect::<JsResult<Vec<Option<u64>>>>()?;
                         rks = Some(&owned_rks);
                         rks_raw = None;
@@ -788,7 +822,7 @@ impl TouchJournal {
                 || rks.is_some_and(|s| s.len() != n)
                 || rks_raw.is_some_and(|s| s.len() != n)
             {
-                return Err(Error::invalid("keyIds, sourceOffsetSeqs and routingKeys must have the same length"));
+                return Err(same_length());
             }
             let mask_js = arg(env, &has_routing_key_arg).filter(|v| !v.is_nullish());
             let mask: Option<&[u8]> = match &mask_js {

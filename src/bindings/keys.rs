@@ -18,9 +18,14 @@ fn text(env: &Env, v: &Unknown, what: &str) -> napi::Result<JsString> {
     js(env, v).js_string(what).map_err(|e| throw(env, e))
 }
 
+/// An array of strings. The key rules have no cap on a tuple's length (nor does the
+/// reference), so the length is not checked; each element is read and checked in turn, and
+/// the first one refused ends the reading (a sparse array at its first hole).
 fn strings(env: &Env, v: &Unknown, what: &str) -> napi::Result<Vec<JsString>> {
-    let items = js(env, v).elements(what).map_err(|e| throw(env, e))?;
-    items.iter().enumerate().map(|(i, s)| s.js_string(&format!("{what}[{i}]")).map_err(|e| throw(env, e))).collect()
+    let read = || -> crate::Result<Vec<JsString>> {
+        js(env, v).items(what)?.enumerate().map(|(i, s)| s?.js_string(&format!("{what}[{i}]"))).collect()
+    };
+    read().map_err(|e| throw(env, e))
 }
 
 fn template_bits(env: &Env, v: &Unknown) -> napi::Result<u64> {
@@ -172,11 +177,12 @@ pub fn encode_template_arg<'env>(env: &'env Env, value: Unknown, encoding: Unkno
     ts_return_type = "Array<{ name: string; encoding: string }>"
 )]
 pub fn canonicalize_template_fields<'env>(env: &'env Env, fields: Unknown) -> napi::Result<Unknown<'env>> {
-    let items = js(env, &fields).elements("fields").map_err(|e| throw(env, e))?;
-    let mut parsed = Vec::with_capacity(items.len());
-    for (i, f) in items.iter().enumerate() {
+    // No cap (as in the reference); each element is checked as it is read.
+    let items = js(env, &fields).items("fields").map_err(|e| throw(env, e))?;
+    let mut parsed = Vec::new();
+    for (i, f) in items.enumerate() {
         let what = format!("fields[{i}]");
-        let f = f.object(&what).map_err(|e| throw(env, e))?;
+        let f = f.and_then(|f| f.object(&what)).map_err(|e| throw(env, e))?;
         let name_js = f.get("name").map_err(|e| throw(env, e))?;
         let name = match name_js {
             Some(n) => n.js_string(&format!("{what}.name")).map_err(|e| throw(env, e))?,

@@ -17,6 +17,7 @@ use crate::jscompat::string::JsString;
 use crate::processor::packed::PackedResult;
 use crate::processor::{
     pool, Granularity, Mode, ProcessRequest, ProcessResult, RowBuffer, TemplateRow, TouchKind, TouchSettings,
+    MAX_TEMPLATE_FIELDS,
 };
 
 thread_local! {
@@ -98,7 +99,9 @@ pub(crate) fn parse_request(request: Js) -> Result<ProcessRequest> {
     req.filter_hot_templates = matches!(r.get("filterHotTemplates")?, Some(v) if v.type_of() == sys::ValueType::napi_boolean && v.boolean("request.filterHotTemplates")?);
     if req.filter_hot_templates {
         if let Some(ids) = r.opt("hotTemplateIds")? {
-            for id in ids.elements("request.hotTemplateIds")? {
+            // No cap: the processor takes any number of hot ids (other values are skipped).
+            for id in ids.items("request.hotTemplateIds")? {
+                let id = id?;
                 if id.type_of() == sys::ValueType::napi_string {
                     req.hot_template_ids.push(id.string("request.hotTemplateIds[]")?);
                 }
@@ -230,12 +233,15 @@ fn read_chunk_slowly(rows: Js, start: u32, end: u32) -> Result<RowBuffer> {
 fn parse_templates(templates: Option<Js>) -> Result<Vec<TemplateRow>> {
     let Some(templates) = templates.filter(|t| !t.is_nullish()) else { return Ok(Vec::new()) };
     let mut out = Vec::new();
-    for t in templates.elements("templates")? {
-        let t = t.object("templates[]")?;
+    // No cap on the number of templates (the processor takes them all).
+    for t in templates.items("templates")? {
+        let t = t?.object("templates[]")?;
+        // A row with more than MAX_TEMPLATE_FIELDS fields (or encodings) is skipped by its
+        // length alone (P3), so at most one more element is read: a huge list costs nothing.
         let strings = |key: &str| -> Result<Vec<JsString>> {
             let what = format!("templates[].{key}");
             let list = t.get(key)?.ok_or_else(|| Error::invalid(format!("{what} must be an array")))?;
-            list.elements(&what)?.into_iter().map(|v| js_text(Some(v), &what)).collect()
+            list.items(&what)?.take(MAX_TEMPLATE_FIELDS + 1).map(|v| js_text(Some(v?), &what)).collect()
         };
         let active_from = match t.opt("activeFromSourceOffset")? {
             Some(v) => offset(v, "templates[].activeFromSourceOffset")?,

@@ -244,9 +244,10 @@ fn parse_append(store: &CoreStore, stream: Js, payloads: Js, options: Option<Js>
         req.payloads.push(payloads.element(i)?.bytes_of(|| format!("payloads[{i}]"))?);
     }
     if let Some(v) = routing_keys {
-        let keys = v.elements("options.routingKeys")?;
-        let mut out = Vec::with_capacity(keys.len());
-        for (i, k) in keys.iter().enumerate() {
+        // Its length was checked above (`precheck_append`).
+        let mut out = Vec::with_capacity(routing_len.unwrap_or(0) as usize);
+        for (i, k) in v.items("options.routingKeys")?.enumerate() {
+            let k = k?;
             out.push(if k.is_nullish() { None } else { Some(k.bytes_of(|| format!("options.routingKeys[{i}]"))?) });
         }
         req.routing_keys = Some(out);

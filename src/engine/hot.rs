@@ -1,5 +1,6 @@
 //! Hot interest (M19): which fine keys and templates clients are waiting on right now, per
-//! stream, with grace periods after the last waiter leaves and caps on how much is tracked.
+//! stream, with grace periods after the last waiter leaves and caps on how much is tracked
+//! ([`HotLimits`], read from `touch.memory` by [`hot_limits`]).
 //!
 //! The processor uses the snapshot to decide whether fine touches are worth emitting at all
 //! (M4, M8), which templates to expand (hot template filtering, P3) and which fine keys to keep

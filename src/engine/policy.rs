@@ -1,8 +1,29 @@
-//! The manager's per-stream policy state, as small pure pieces: lag hysteresis (M5), adaptive
-//! coalescing (M6), the fine-token bucket with refunds (M7, M11), restricted-mode template
-//! coalescing (M13), failure backoff (M16, with B9 fixed) and base WAL GC pacing (M17).
+//! The manager's per-stream policy state, as small pure pieces: the touch mode a batch runs in
+//! ([`TouchMode`], M8, M21), lag hysteresis (M5), adaptive coalescing (M6), the fine-token
+//! bucket with refunds (M7, M11), restricted-mode template coalescing (M13), failure backoff
+//! (M16, with B9 fixed) and base WAL GC pacing (M17).
 
 use std::collections::HashSet;
+
+/// The stream's processing mode as the last batch left it (M8, M21).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TouchMode {
+    Idle,
+    Fine,
+    Restricted,
+    CoarseOnly,
+}
+
+impl TouchMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TouchMode::Idle => "idle",
+            TouchMode::Fine => "fine",
+            TouchMode::Restricted => "restricted",
+            TouchMode::CoarseOnly => "coarseOnly",
+        }
+    }
+}
 
 /// M5: whether fine touches are suppressed because the stream lags, with hysteresis.
 #[derive(Debug, Default, Clone, Copy)]

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::engine::hot::hot_limits;
-use crate::engine::policy::{adaptive_coalesce_ms, FineTokens};
-use crate::engine::wait::{catch_all_key_id, TouchMode};
+use crate::engine::policy::{adaptive_coalesce_ms, FineTokens, TouchMode};
+use crate::engine::wait::catch_all_key_id;
 use crate::engine::{late_template_touches, profile, templates, touch_late_templates, Inner};
 use crate::error::{Error, Result};
 use crate::journal::{wall_ms, Touch as JournalTouch};

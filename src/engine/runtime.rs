@@ -2,8 +2,7 @@
 //! policy state and its runtime totals (M21).
 
 use crate::engine::hot::{HotLimits, HotSnapshot, HotState};
-use crate::engine::policy::{FailureBackoff, FineTokens, LagHysteresis, RestrictedBucket, WalGcPacer};
-use crate::engine::wait::TouchMode;
+use crate::engine::policy::{FailureBackoff, FineTokens, LagHysteresis, RestrictedBucket, TouchMode, WalGcPacer};
 use crate::journal::{Journal, JournalOptions};
 use crate::processor::tuples::TupleMemory;
 use crate::spec::{StateProtocolProfile, TouchConfig};

@@ -1,8 +1,9 @@
 //! What `meta()`, `stats()` and `memory()` report: read-only views of the engine's state
 //! (M21, X1–X5, the reference manager's `getMemoryStats` / `getTopStreams`).
 
+use super::policy::TouchMode;
 use super::runtime::{RuntimeTotals, StreamRt};
-use super::wait::{self, TouchMode};
+use super::wait;
 use super::{hot, profile, templates, wall_ms, Inner, LifecycleCounts, Settle, TouchEngine};
 use crate::error::{Error, Result};
 use crate::journal::{JournalMeta, TotalStats};

@@ -54,14 +54,22 @@ impl WaitRequest {
 
     /// Checks the limits with at most `max_keys` keys and exact keys.
     pub fn validate_within(&self, max_keys: usize) -> Result<()> {
-        if self.keys.len() > max_keys {
-            return Err(Error::invalid(format!("keys: at most {max_keys} keys per wait")));
-        }
-        if self.exact_keys.len() > max_keys {
-            return Err(Error::invalid(format!("exactKeys: at most {max_keys} keys per wait")));
-        }
+        Self::check_counts(self.keys.len(), self.exact_keys.len(), max_keys)?;
         if self.timeout_ms > MAX_WAIT_TIMEOUT_MS {
             return Err(Error::invalid(format!("timeoutMs must be at most {MAX_WAIT_TIMEOUT_MS}")));
+        }
+        Ok(())
+    }
+
+    /// The key-count limits on the lists' lengths alone (with the errors
+    /// [`WaitRequest::validate_within`] gives): a binding checks them before it reads any
+    /// element, so a huge or sparse array is refused unread.
+    pub fn check_counts(keys: usize, exact_keys: usize, max_keys: usize) -> Result<()> {
+        if keys > max_keys {
+            return Err(Error::invalid(format!("keys: at most {max_keys} keys per wait")));
+        }
+        if exact_keys > max_keys {
+            return Err(Error::invalid(format!("exactKeys: at most {max_keys} keys per wait")));
         }
         Ok(())
     }
@@ -687,6 +695,11 @@ mod tests {
         r.keys.push(1);
         assert_eq!(r.validate().unwrap_err().code(), "ERR_INVALID_ARGUMENT");
         assert!(r.validate_within(MAX_JOURNAL_WAIT_KEYS).is_ok());
+        // The same limits on lengths alone (what a binding checks before reading a key).
+        assert_eq!(WaitRequest::check_counts(1025, 0, MAX_WAIT_KEYS), r.validate());
+        assert!(WaitRequest::check_counts(1024, 1024, MAX_WAIT_KEYS).is_ok());
+        let exact = WaitRequest::check_counts(0, 1 << 31, MAX_WAIT_KEYS).unwrap_err();
+        assert_eq!(exact.to_string(), "exactKeys: at most 1024 keys per wait");
         assert!(WaitRequest::timeout_from_number(-1.0).is_err());
         assert!(WaitRequest::timeout_from_number(f64::NAN).is_err());
         assert!(WaitRequest::timeout_from_number(f64::INFINITY).is_err());

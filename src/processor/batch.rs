@@ -16,7 +16,7 @@ use smallvec::SmallVec;
 use super::tuples::{row_id, Known, RowTuples, TupleMemory, TupleView};
 use super::{
     Granularity, Plan, ProcessRequest, ProcessResult, ProcessStats, Row, RowBuffer, RowRef, TemplateRow, Touch,
-    TouchKind,
+    TouchKind, MAX_TEMPLATE_FIELDS,
 };
 use crate::changes::{
     decode_payload, fields_equal, is_projected_field_value, read_record, read_record_raw, Entries, Field, Image, Op,
@@ -326,7 +326,10 @@ impl<'p> Batch<'p> {
             if !super::is_lower_hex16(&row.template_id) || is_blank(row.entity.as_bytes()) {
                 continue;
             }
-            if row.fields.len() != row.encodings.len() || row.fields.is_empty() || row.fields.len() > 3 {
+            if row.fields.len() != row.encodings.len()
+                || row.fields.is_empty()
+                || row.fields.len() > MAX_TEMPLATE_FIELDS
+            {
                 continue;
             }
             let Some(encodings) = row.encodings.iter().map(|e| Encoding::parse(e)).collect::<Option<Vec<_>>>() else {

@@ -177,6 +177,9 @@ impl RowBuffer {
     }
 }
 
+/// Most fields a template has (P3): a [`TemplateRow`] with more is skipped.
+pub const MAX_TEMPLATE_FIELDS: usize = 3;
+
 /// A live template as stored in `live_templates` (fields and encodings already read from
 /// their JSON columns). Rows that break P3's rules are skipped, not rejected.
 #[derive(Debug, Clone, PartialEq)]

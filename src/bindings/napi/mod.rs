@@ -47,18 +47,48 @@ pub use error::{js_error, js_error_with_message, throw};
 pub use port::{Port, Ticket};
 pub use value::{unknown, Js, Out, RawValue};
 
+use std::sync::Once;
+
 use napi::sys;
+use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 
 /// Registers, once per environment, the hook that releases the references this thread keeps
-/// for `env` (the helpers, the abort registry, the hit cache, the host SQL slots) when the environment is torn
-/// down (a worker thread ending, the process exiting). Node does not free a reference nobody
-/// deleted: without this, each ended worker leaked them (Valgrind: "definitely lost").
+/// for `env` when the environment is torn down (a worker thread ending, the process exiting):
+/// the helpers, the abort registry, and whatever the per-class files keep per environment
+/// (the journal's hit cache, the host SQL slots), which they register as [`Cleanup`]s. Node
+/// does not free a reference nobody deleted: without this, each ended worker leaked them
+/// (Valgrind: "definitely lost").
 pub fn on_teardown(env: &napi::Env) -> Result<()> {
     // SAFETY: on the JS thread of `env`; the hook is a plain function and its argument the
     // environment's own pointer, valid until the hook has run (it runs during the teardown).
     check(unsafe { sys::napi_add_env_cleanup_hook(env.raw(), Some(teardown), env.raw().cast()) })
+}
+
+/// A per-environment cleanup of a per-class file: it deletes the references that file keeps
+/// in a thread-local for `env`, if they belong to `env` (and does nothing otherwise). The file
+/// keeps it in a `static` and calls [`Cleanup::register`] before it first stores such a
+/// reference; every environment's teardown then runs it. So this module runs the per-class
+/// files' cleanups without naming those files (they depend on it, not it on them).
+pub struct Cleanup {
+    run: fn(&napi::Env),
+    registered: Once,
+}
+
+/// Every [`Cleanup`] registered in this process, in registration order.
+static CLEANUPS: Mutex<Vec<&'static Cleanup>> = Mutex::new(Vec::new());
+
+impl Cleanup {
+    pub const fn new(run: fn(&napi::Env)) -> Cleanup {
+        Cleanup { run, registered: Once::new() }
+    }
+
+    /// Adds this cleanup to the ones every environment's teardown runs (the first call; later
+    /// ones cost an atomic load). A teardown on any thread after this returns runs it.
+    pub fn register(&'static self) {
+        self.registered.call_once(|| CLEANUPS.lock().push(self));
+    }
 }
 
 /// Runs on the environment's thread while it is torn down (no JavaScript runs any more).
@@ -70,8 +100,11 @@ unsafe extern "C" fn teardown(arg: *mut std::ffi::c_void) {
     let _panicked = std::panic::catch_unwind(|| {
         helpers::forget(&env);
         abort::forget(&env);
-        crate::bindings::journal::forget_hits(&env);
-        crate::bindings::hostdb::forget_slots(&env);
+        // A copy, so the lock is not held while they run.
+        let cleanups = CLEANUPS.lock().clone();
+        for cleanup in cleanups {
+            (cleanup.run)(&env);
+        }
     });
 }
 

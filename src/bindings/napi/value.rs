@@ -271,7 +271,7 @@ impl<'env> Js<'env> {
         let mut names = ptr::null_mut();
         // SAFETY: see the module doc.
         check(unsafe { sys::napi_get_property_names(self.env, self.raw, &mut names) })?;
-        self.sibling(names).elements("keys")?.iter().map(|k| k.string("key")).collect()
+        self.sibling(names).items("keys")?.map(|k| k?.string("key")).collect()
     }
 
     pub fn array_len(&self, what: &str) -> Result<u32> {
@@ -297,9 +297,15 @@ impl<'env> Js<'env> {
         Ok(self.sibling(v))
     }
 
-    pub fn elements(&self, what: &str) -> Result<Vec<Js<'env>>> {
+    /// The elements of an array, each read when the iterator reaches it, so a caller that
+    /// refuses an element reads no further (and nothing is allocated per element up front).
+    /// Sizes before elements: where the core has a cap, check [`Js::array_len`] against it
+    /// before reading any; where it refuses a list longer than `max` by its length alone, read
+    /// only `.take(max + 1)`.
+    pub fn items(&self, what: &str) -> Result<impl Iterator<Item = Result<Js<'env>>> + 'env> {
         let n = self.array_len(what)?;
-        (0..n).map(|i| self.element(i)).collect()
+        let array = *self;
+        Ok((0..n).map(move |i| array.element(i)))
     }
 
     /// A typed array's element kind and its bytes (element bytes, from its offset on), without

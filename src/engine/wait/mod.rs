@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::hot::hot_limits;
-use super::hot::{HotLease, HotState, InterestMode};
+use super::hot::{hot_limits, HotLease, HotState, InterestMode};
 use super::interest::release_lease;
+use super::policy::TouchMode;
 use super::{templates, wall_ms, TouchEngine};
 use crate::error::{Error, Result};
 use crate::journal::{parse_cursor, CheckOrWait, Journal, KeyIds, WaitRequest, WaiterId};

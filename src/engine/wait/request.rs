@@ -2,6 +2,7 @@
 //! wait listens to, the effective wait kind chosen from the stream's touch mode, and the reply.
 
 use crate::engine::hot::InterestMode;
+use crate::engine::policy::TouchMode;
 use crate::engine::templates::{FieldDecl, TemplateDecl};
 use crate::error::{Error, Result};
 use crate::jscompat::json::Value;
@@ -264,26 +265,6 @@ impl WaitArgs {
             })
             .collect();
         parsed.unwrap_or_default()
-    }
-}
-
-/// The stream's processing mode as the last batch left it (M8, M21).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TouchMode {
-    Idle,
-    Fine,
-    Restricted,
-    CoarseOnly,
-}
-
-impl TouchMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TouchMode::Idle => "idle",
-            TouchMode::Fine => "fine",
-            TouchMode::Restricted => "restricted",
-            TouchMode::CoarseOnly => "coarseOnly",
-        }
     }
 }
 
