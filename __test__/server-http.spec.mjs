@@ -37,29 +37,32 @@ const post = (u, path, body) => fetch(u(path), { method: "POST", headers: JSON_H
 
 test("streams, profile, templates, meta and waits woken by writes over HTTP", async () => {
   const { server, u } = await setup();
-  const tpl = await createTouchStream(u);
-  const meta = await (await fetch(u("/v1/stream/todos/touch/meta"))).json();
-  assert.match(meta.cursor, /^[0-9a-f]{16}:0$/);
+  try {
+    const tpl = await createTouchStream(u);
+    const meta = await (await fetch(u("/v1/stream/todos/touch/meta"))).json();
+    assert.match(meta.cursor, /^[0-9a-f]{16}:0$/);
 
-  const table = post(u, "/v1/stream/todos/touch/wait", { cursor: meta.cursor, keyIds: [keys.tableKeyId("public.todos")], interestMode: "coarse", timeoutMs: 5000 });
-  const watch = post(u, "/v1/stream/todos/touch/wait", { cursor: meta.cursor, keys: [keys.watchKey(tpl, ["t1"])], templateIdsUsed: [tpl], timeoutMs: 5000 });
-  const idsOnly = post(u, "/v1/stream/todos/touch/wait", { cursor: meta.cursor, keyIds: [keys.watchKeyId(tpl, ["t1"])], timeoutMs: 5000 });
-  await sleep(50);
-  const a = await post(u, "/v1/stream/todos", [insert(1, "t1"), insert(2, "t2")]);
-  assert.equal(a.status, 204);
-  assert.ok(a.headers.get("stream-next-offset"));
-  for (const p of [table, watch, idsOnly]) {
-    const r = await p;
-    assert.equal(r.status, 200);
-    assert.equal((await r.json()).touched, true);
+    const table = post(u, "/v1/stream/todos/touch/wait", { cursor: meta.cursor, keyIds: [keys.tableKeyId("public.todos")], interestMode: "coarse", timeoutMs: 5000 });
+    const watch = post(u, "/v1/stream/todos/touch/wait", { cursor: meta.cursor, keys: [keys.watchKey(tpl, ["t1"])], templateIdsUsed: [tpl], timeoutMs: 5000 });
+    const idsOnly = post(u, "/v1/stream/todos/touch/wait", { cursor: meta.cursor, keyIds: [keys.watchKeyId(tpl, ["t1"])], timeoutMs: 5000 });
+    await sleep(50);
+    const a = await post(u, "/v1/stream/todos", [insert(1, "t1"), insert(2, "t2")]);
+    assert.equal(a.status, 204);
+    assert.ok(a.headers.get("stream-next-offset"));
+    for (const p of [table, watch, idsOnly]) {
+      const r = await p;
+      assert.equal(r.status, 200);
+      assert.equal((await r.json()).touched, true);
+    }
+    const read = await fetch(u("/v1/stream/todos?offset=-1"));
+    assert.equal(read.status, 200);
+    assert.equal(read.headers.get("stream-up-to-date"), "true");
+    assert.deepEqual((await read.json()).map((r) => r.key), ["1", "2"]);
+    const stats = await (await fetch(u("/v1/stats"))).json();
+    assert.ok(stats.engine.reporterLine.startsWith("ingested="));
+  } finally {
+    await server.close();
   }
-  const read = await fetch(u("/v1/stream/todos?offset=-1"));
-  assert.equal(read.status, 200);
-  assert.equal(read.headers.get("stream-up-to-date"), "true");
-  assert.deepEqual((await read.json()).map((r) => r.key), ["1", "2"]);
-  const stats = await (await fetch(u("/v1/stats"))).json();
-  assert.ok(stats.engine.reporterLine.startsWith("ingested="));
-  await server.close();
 });
 
 test("a reader following stream-next-offset over random page sizes reads every row exactly once", async () => {
@@ -105,118 +108,139 @@ async function followReader(u) {
 
 test("bad requests get a JSON error with a code", async () => {
   const { server, u } = await setup();
-  await createTouchStream(u);
-  const cases = [
-    [fetch(u("/v1/stream/todos"), { method: "POST", headers: JSON_HEADERS, body: "{not json" }), 400, "ERR_INVALID_ARGUMENT"],
-    [post(u, "/v1/stream/todos", { type: "public.todos", key: "1", headers: {} }), 400, "ERR_INVALID_ARGUMENT"],
-    [post(u, "/v1/stream/nope", insert(1, "t")), 404, "ERR_STREAM_NOT_FOUND"],
-    [fetch(u("/v1/stream/todos"), { method: "PATCH" }), 405, "ERR_METHOD_NOT_ALLOWED"],
-    [fetch(u("/v1/stream/todos/touch/wait"), { method: "GET" }), 405, "ERR_METHOD_NOT_ALLOWED"],
-    [post(u, "/v1/stream/todos/touch/wait", { cursor: "now" }), 400, "ERR_INVALID_ARGUMENT"],
-    [post(u, "/v1/stream/todos/touch/wait", { cursor: "bad", keyIds: [1] }), 400, "ERR_INVALID_CURSOR"],
-    [fetch(u("/v1/stream/todos/touch/meta?settle=soon")), 400, "ERR_INVALID_ARGUMENT"],
-    [fetch(u("/v1/stream/todos"), { method: "POST", headers: JSON_HEADERS, body: "x".repeat(11 * 1024 * 1024) }), 413, "ERR_PAYLOAD_TOO_LARGE"],
-    [fetch(u("/v1/stream/todos"), { method: "POST", headers: { ...JSON_HEADERS, "stream-expected-offset": "99" }, body: JSON.stringify(insert(1, "t")) }), 409, "ERR_SEQ_MISMATCH"],
-    [fetch(u("/v1/stream/todos"), { method: "PUT", headers: { "content-type": "text/plain" } }), 409, "ERR_STREAM_EXISTS"],
-    [fetch(u("/v1/nothing")), 404, "ERR_NOT_FOUND"],
-  ];
-  for (const [p, status, code] of cases) {
-    const r = await p;
-    assert.equal(r.status, status);
-    const body = await r.json();
-    assert.equal(body.error.code, code, body.error.message);
-    if (code === "ERR_SEQ_MISMATCH") assert.equal(r.headers.get("stream-expected-offset"), "0");
+  try {
+    await createTouchStream(u);
+    const cases = [
+      [fetch(u("/v1/stream/todos"), { method: "POST", headers: JSON_HEADERS, body: "{not json" }), 400, "ERR_INVALID_ARGUMENT"],
+      [post(u, "/v1/stream/todos", { type: "public.todos", key: "1", headers: {} }), 400, "ERR_INVALID_ARGUMENT"],
+      [post(u, "/v1/stream/nope", insert(1, "t")), 404, "ERR_STREAM_NOT_FOUND"],
+      [fetch(u("/v1/stream/todos"), { method: "PATCH" }), 405, "ERR_METHOD_NOT_ALLOWED"],
+      [fetch(u("/v1/stream/todos/touch/wait"), { method: "GET" }), 405, "ERR_METHOD_NOT_ALLOWED"],
+      [post(u, "/v1/stream/todos/touch/wait", { cursor: "now" }), 400, "ERR_INVALID_ARGUMENT"],
+      [post(u, "/v1/stream/todos/touch/wait", { cursor: "bad", keyIds: [1] }), 400, "ERR_INVALID_CURSOR"],
+      [fetch(u("/v1/stream/todos/touch/meta?settle=soon")), 400, "ERR_INVALID_ARGUMENT"],
+      [fetch(u("/v1/stream/todos"), { method: "POST", headers: JSON_HEADERS, body: "x".repeat(11 * 1024 * 1024) }), 413, "ERR_PAYLOAD_TOO_LARGE"],
+      [fetch(u("/v1/stream/todos"), { method: "POST", headers: { ...JSON_HEADERS, "stream-expected-offset": "99" }, body: JSON.stringify(insert(1, "t")) }), 409, "ERR_SEQ_MISMATCH"],
+      [fetch(u("/v1/stream/todos"), { method: "PUT", headers: { "content-type": "text/plain" } }), 409, "ERR_STREAM_EXISTS"],
+      [fetch(u("/v1/nothing")), 404, "ERR_NOT_FOUND"],
+    ];
+    for (const [p, status, code] of cases) {
+      const r = await p;
+      assert.equal(r.status, status);
+      const body = await r.json();
+      assert.equal(body.error.code, code, body.error.message);
+      if (code === "ERR_SEQ_MISMATCH") assert.equal(r.headers.get("stream-expected-offset"), "0");
+    }
+    // An expected offset past any a stream reaches is a mismatch (it was a 400 naming an
+    // internal option).
+    const past = await fetch(u("/v1/stream/todos"), { method: "POST", headers: { ...JSON_HEADERS, "stream-expected-offset": "18446744073709551615" }, body: JSON.stringify(insert(1, "t")) });
+    assert.equal(past.status, 409);
+    assert.equal((await past.json()).error.code, "ERR_SEQ_MISMATCH");
+    assert.equal(past.headers.get("stream-expected-offset"), "0");
+    // An offset past any a stream reaches reads nothing, as any offset past the tail.
+    const far = encodeOffset(0, 1n << 63n);
+    const r = await fetch(u(`/v1/stream/todos?offset=${far}`));
+    assert.equal(r.status, 200);
+    assert.deepEqual(await r.json(), []);
+    assert.equal(r.headers.get("stream-next-offset"), far);
+    assert.equal(r.headers.get("stream-up-to-date"), "true");
+  } finally {
+    await server.close();
   }
-  // An expected offset past any a stream reaches is a mismatch (it was a 400 naming an
-  // internal option).
-  const past = await fetch(u("/v1/stream/todos"), { method: "POST", headers: { ...JSON_HEADERS, "stream-expected-offset": "18446744073709551615" }, body: JSON.stringify(insert(1, "t")) });
-  assert.equal(past.status, 409);
-  assert.equal((await past.json()).error.code, "ERR_SEQ_MISMATCH");
-  assert.equal(past.headers.get("stream-expected-offset"), "0");
-  // An offset past any a stream reaches reads nothing, as any offset past the tail.
-  const far = encodeOffset(0, 1n << 63n);
-  const r = await fetch(u(`/v1/stream/todos?offset=${far}`));
-  assert.equal(r.status, 200);
-  assert.deepEqual(await r.json(), []);
-  assert.equal(r.headers.get("stream-next-offset"), far);
-  assert.equal(r.headers.get("stream-up-to-date"), "true");
-  await server.close();
 });
 
 test("a client disconnect aborts its wait; restarting the server makes cursors stale", async () => {
   const dataDir = tempDir();
   const first = await setup(dataDir);
-  await createTouchStream(first.u);
-  const { cursor } = await (await fetch(first.u("/v1/stream/todos/touch/meta"))).json();
-  const ac = new AbortController();
-  const p = post(first.u, "/v1/stream/todos/touch/wait", { cursor, keyIds: [7], timeoutMs: 60000 }).catch(() => null);
-  await sleep(100);
-  let meta = await (await fetch(first.u("/v1/stream/todos/touch/meta"))).json();
-  assert.equal(meta.activeWaiters, 1);
-  const q = fetch(first.u("/v1/stream/todos/touch/wait"), { method: "POST", headers: JSON_HEADERS, body: JSON.stringify({ cursor, keyIds: [8], timeoutMs: 60000 }), signal: ac.signal }).catch(() => null);
-  await sleep(100);
-  ac.abort();
-  await q;
-  for (let i = 0; i < 50; i++) {
-    meta = await (await fetch(first.u("/v1/stream/todos/touch/meta"))).json();
-    if (meta.activeWaiters === 1) break;
-    await sleep(20);
-  }
-  assert.equal(meta.activeWaiters, 1, "the disconnected client's wait was aborted; the other one remains");
-  await first.server.close();
-  const answered = await p;
-  assert.equal(answered.status, 200);
-  assert.equal((await answered.json()).touched, false, "close answered the pending wait");
+  let second = null;
+  try {
+    await createTouchStream(first.u);
+    const { cursor } = await (await fetch(first.u("/v1/stream/todos/touch/meta"))).json();
+    const ac = new AbortController();
+    const p = post(first.u, "/v1/stream/todos/touch/wait", { cursor, keyIds: [7], timeoutMs: 60000 }).catch(() => null);
+    await sleep(100);
+    let meta = await (await fetch(first.u("/v1/stream/todos/touch/meta"))).json();
+    assert.equal(meta.activeWaiters, 1);
+    const q = fetch(first.u("/v1/stream/todos/touch/wait"), { method: "POST", headers: JSON_HEADERS, body: JSON.stringify({ cursor, keyIds: [8], timeoutMs: 60000 }), signal: ac.signal }).catch(() => null);
+    await sleep(100);
+    ac.abort();
+    await q;
+    for (let i = 0; i < 50; i++) {
+      meta = await (await fetch(first.u("/v1/stream/todos/touch/meta"))).json();
+      if (meta.activeWaiters === 1) break;
+      await sleep(20);
+    }
+    assert.equal(meta.activeWaiters, 1, "the disconnected client's wait was aborted; the other one remains");
+    await first.server.close();
+    const answered = await p;
+    assert.equal(answered.status, 200);
+    assert.equal((await answered.json()).touched, false, "close answered the pending wait");
 
-  const second = await setup(dataDir);
-  const r = await (await post(second.u, "/v1/stream/todos/touch/wait", { cursor, keyIds: [7], timeoutMs: 1000 })).json();
-  assert.equal(r.stale, true);
-  await second.server.close();
+    second = await setup(dataDir);
+    const r = await (await post(second.u, "/v1/stream/todos/touch/wait", { cursor, keyIds: [7], timeoutMs: 1000 })).json();
+    assert.equal(r.stale, true);
+  } finally {
+    // close() is idempotent: a server the test already closed is not closed twice.
+    await first.server.close();
+    await second?.server.close();
+  }
 });
 
 test("500 concurrent waits and a writer: every waiter whose key was written wakes", async () => {
   const { server, u } = await setup();
-  const tpl = await createTouchStream(u);
-  const { cursor } = await (await fetch(u("/v1/stream/todos/touch/meta"))).json();
-  const tenants = Array.from({ length: 500 }, (_, i) => `tenant-${i}`);
-  const written = new Set(tenants.filter((_, i) => i % 2 === 0));
-  const waits = tenants.map((t) =>
-    post(u, "/v1/stream/todos/touch/wait", { cursor, keys: [keys.watchKey(tpl, [t])], templateIdsUsed: [tpl], timeoutMs: written.has(t) ? 10000 : 1500 }).then(async (r) => ({ t, body: await r.json() }))
-  );
-  await sleep(100);
-  let id = 0;
-  const batch = [...written];
-  for (let i = 0; i < batch.length; i += 25) {
-    const r = await post(u, "/v1/stream/todos", batch.slice(i, i + 25).map((t) => insert(id++, t)));
-    assert.equal(r.status, 204);
+  try {
+    const tpl = await createTouchStream(u);
+    const { cursor } = await (await fetch(u("/v1/stream/todos/touch/meta"))).json();
+    const tenants = Array.from({ length: 500 }, (_, i) => `tenant-${i}`);
+    const written = new Set(tenants.filter((_, i) => i % 2 === 0));
+    const waits = tenants.map((t) =>
+      post(u, "/v1/stream/todos/touch/wait", { cursor, keys: [keys.watchKey(tpl, [t])], templateIdsUsed: [tpl], timeoutMs: written.has(t) ? 10000 : 1500 }).then(async (r) => ({ t, body: await r.json() }))
+    );
+    await sleep(100);
+    let id = 0;
+    const batch = [...written];
+    for (let i = 0; i < batch.length; i += 25) {
+      const r = await post(u, "/v1/stream/todos", batch.slice(i, i + 25).map((t) => insert(id++, t)));
+      assert.equal(r.status, 204);
+    }
+    const results = await Promise.all(waits);
+    for (const { t, body } of results) if (written.has(t)) assert.equal(body.touched, true, `${t} was written but its waiter did not wake`);
+  } finally {
+    await server.close();
   }
-  const results = await Promise.all(waits);
-  for (const { t, body } of results) if (written.has(t)) assert.equal(body.touched, true, `${t} was written but its waiter did not wake`);
-  await server.close();
 }, { timeout: 60_000 });
 
 test("SIGINT closes the server cleanly: pending waits are answered and the process exits", async () => {
   const dataDir = tempDir();
   const child = spawn(process.execPath, [join(root, "bin", "durable-touch.mjs"), "--port", "0", "--data", dataDir], { stdio: ["ignore", "pipe", "inherit"] });
-  let out = "";
-  const url = await new Promise((resolve, reject) => {
-    child.stdout.on("data", (d) => {
-      out += d;
-      const m = out.match(/listening on (http:\/\/[^\s]+)/);
-      if (m) resolve(m[1]);
+  try {
+    let out = "";
+    const url = await new Promise((resolve, reject) => {
+      child.stdout.on("data", (d) => {
+        out += d;
+        const m = out.match(/listening on (http:\/\/[^\s]+)/);
+        if (m) resolve(m[1]);
+      });
+      child.on("exit", (c) => reject(new Error(`server exited early (${c}): ${out}`)));
     });
-    child.on("exit", (c) => reject(new Error(`server exited early (${c}): ${out}`)));
-  });
-  const u = (p) => `${url}${p}`;
-  await createTouchStream(u);
-  const pending = post(u, "/v1/stream/todos/touch/wait", { cursor: "now", keyIds: [1], timeoutMs: 60000 });
-  await sleep(100);
-  const exited = new Promise((r) => child.on("exit", (code, signal) => r({ code, signal })));
-  child.kill("SIGINT");
-  const r = await pending;
-  assert.equal(r.status, 200);
-  assert.equal((await r.json()).touched, false);
-  assert.deepEqual(await exited, { code: 0, signal: null });
+    const u = (p) => `${url}${p}`;
+    await createTouchStream(u);
+    const pending = post(u, "/v1/stream/todos/touch/wait", { cursor: "now", keyIds: [1], timeoutMs: 60000 });
+    await sleep(100);
+    const exited = new Promise((r) => child.on("exit", (code, signal) => r({ code, signal })));
+    child.kill("SIGINT");
+    const r = await pending;
+    assert.equal(r.status, 200);
+    assert.equal((await r.json()).touched, false);
+    assert.deepEqual(await exited, { code: 0, signal: null });
+  } finally {
+    // A failure before the SIGINT (or a child that ignored it) must not leave it running.
+    if (child.exitCode === null && child.signalCode === null) {
+      const gone = new Promise((r) => child.once("exit", r));
+      child.kill("SIGKILL");
+      await gone;
+    }
+  }
 }, { timeout: 30_000 });
 
 test("an embedder's request body stream of any byte chunks is read as it is, anything else refused", async () => {
@@ -226,55 +250,61 @@ test("an embedder's request body stream of any byte chunks is read as it is, any
   const { createHandler } = await import("../lib/server.mjs");
   const store = dt.Store.open(":memory:");
   const engine = new dt.TouchEngine(store, {});
-  const handler = createHandler({ store, engine, bodyLimit: 16 });
-  const headers = { "content-type": "application/octet-stream" };
-  const post = (chunks) =>
-    handler.fetch(
-      new Request("http://x/v1/stream/b", {
-        method: "POST",
-        headers,
-        duplex: "half",
-        body: new ReadableStream({
-          start(c) {
-            for (const x of chunks) c.enqueue(x);
-            c.close();
-          },
+  try {
+    const handler = createHandler({ store, engine, bodyLimit: 16 });
+    const headers = { "content-type": "application/octet-stream" };
+    const post = (chunks) =>
+      handler.fetch(
+        new Request("http://x/v1/stream/b", {
+          method: "POST",
+          headers,
+          duplex: "half",
+          body: new ReadableStream({
+            start(c) {
+              for (const x of chunks) c.enqueue(x);
+              c.close();
+            },
+          }),
         }),
-      }),
-    );
-  assert.equal((await handler.fetch(new Request("http://x/v1/stream/b", { method: "PUT", headers }))).status, 201);
-  const bytes = new Uint8Array([0, 1, 2, 3, 4, 5, 6, 7]);
-  assert.equal((await post([new DataView(bytes.buffer, 2, 3), bytes.subarray(5)])).status, 204);
-  assert.equal((await post([bytes.buffer.slice(0, 2)])).status, 204);
-  const refused = await post(["abc"]);
-  assert.equal(refused.status, 400);
-  assert.equal((await refused.json()).error.message, "request body chunks must be bytes");
-  assert.equal((await post([new Uint8Array(10), new Uint8Array(10)])).status, 413);
-  const rows = await store.read("b", { from: 0n, limit: 10 });
-  assert.deepEqual(rows.map((r) => [...r.payload]), [[2, 3, 4, 5, 6, 7], [0, 1]]);
-  await engine.close();
-  await store.close();
+      );
+    assert.equal((await handler.fetch(new Request("http://x/v1/stream/b", { method: "PUT", headers }))).status, 201);
+    const bytes = new Uint8Array([0, 1, 2, 3, 4, 5, 6, 7]);
+    assert.equal((await post([new DataView(bytes.buffer, 2, 3), bytes.subarray(5)])).status, 204);
+    assert.equal((await post([bytes.buffer.slice(0, 2)])).status, 204);
+    const refused = await post(["abc"]);
+    assert.equal(refused.status, 400);
+    assert.equal((await refused.json()).error.message, "request body chunks must be bytes");
+    assert.equal((await post([new Uint8Array(10), new Uint8Array(10)])).status, 413);
+    const rows = await store.read("b", { from: 0n, limit: 10 });
+    assert.deepEqual(rows.map((r) => [...r.payload]), [[2, 3, 4, 5, 6, 7], [0, 1]]);
+  } finally {
+    await engine.close();
+    await store.close();
+  }
 });
 
 test("a read page holds at most 1 MiB of payloads (at least one row); following the offsets reads every row", async () => {
   const { server, u } = await setup();
-  const headers = { "content-type": "application/octet-stream" };
-  assert.equal((await fetch(u("/v1/stream/big"), { method: "PUT", headers })).status, 201);
-  const sizes = [300_000, 300_000, 300_000, 300_000, 2_000_000, 10];
-  for (const [i, n] of sizes.entries()) {
-    const r = await fetch(u("/v1/stream/big"), { method: "POST", headers, body: new Uint8Array(n).fill(i + 1) });
-    assert.equal(r.status, 204);
+  try {
+    const headers = { "content-type": "application/octet-stream" };
+    assert.equal((await fetch(u("/v1/stream/big"), { method: "PUT", headers })).status, 201);
+    const sizes = [300_000, 300_000, 300_000, 300_000, 2_000_000, 10];
+    for (const [i, n] of sizes.entries()) {
+      const r = await fetch(u("/v1/stream/big"), { method: "POST", headers, body: new Uint8Array(n).fill(i + 1) });
+      assert.equal(r.status, 204);
+    }
+    const pages = [];
+    let offset = "-1";
+    for (let guard = 0; guard < 10; guard++) {
+      const r = await fetch(u(`/v1/stream/big?offset=${offset}&limit=100`));
+      const body = new Uint8Array(await r.arrayBuffer());
+      pages.push(body.length);
+      offset = r.headers.get("stream-next-offset");
+      if (r.headers.get("stream-up-to-date") === "true") break;
+    }
+    // Three rows of 300,000 fit in 1 MiB, a fourth does not; a 2 MB row comes alone.
+    assert.deepEqual(pages, [900_000, 300_000, 2_000_000, 10]);
+  } finally {
+    await server.close();
   }
-  const pages = [];
-  let offset = "-1";
-  for (let guard = 0; guard < 10; guard++) {
-    const r = await fetch(u(`/v1/stream/big?offset=${offset}&limit=100`));
-    const body = new Uint8Array(await r.arrayBuffer());
-    pages.push(body.length);
-    offset = r.headers.get("stream-next-offset");
-    if (r.headers.get("stream-up-to-date") === "true") break;
-  }
-  // Three rows of 300,000 fit in 1 MiB, a fourth does not; a 2 MB row comes alone.
-  assert.deepEqual(pages, [900_000, 300_000, 2_000_000, 10]);
-  await server.close();
 });
