@@ -2,7 +2,7 @@
 // "main": 1,000 fine waiters on 24 templates, appends over HTTP, in process) against an
 // unswapped and a swapped copy of @prisma/streams-server, alternating, in the same run.
 //
-//   npm run bench:compare -- swap [--rounds 3] [--rates 1000,5000] [--seconds 10]
+//   npm run bench:compare -- swap [--rounds 3] [--rates 1000,5000] [--seconds 10] [--waiters 1000]
 //   node bench/swap.mjs [--rounds 1] ...
 //
 // Both copies are made from node_modules/@prisma/streams-server (never swapped in place, so the
@@ -10,7 +10,9 @@
 // `durable-touch` to this checkout; the swapped one goes through `lib/swap.mjs`. Each round
 // runs both sides at each rate, in alternating order. Prints, per rate, each side's median of
 // wake p50/p99, rows/s achieved, appends answered 408, wakes, wakes before their record, CPU
-// ms per 1,000 wakes, and the median of the per-round ratios (> 1: swapped better).
+// ms per 1,000 wakes and per 1,000 rows (the whole process: server, writer and waiters), and
+// the median of the per-round ratios (> 1: swapped better). `--waiters 0` measures the write
+// path alone: what processing costs when nobody listens.
 import { spawnSync } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, symlinkSync, appendFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -28,6 +30,7 @@ const opt = (name, dflt) => {
 const ROUNDS = Math.max(1, Number(opt("rounds", 1)) || 1);
 const RATES = String(opt("rates", "1000,5000")).split(",").map(Number).filter((n) => n > 0);
 const SECONDS = Number(opt("seconds", 10));
+const WAITERS = Math.max(0, Math.floor(Number(opt("waiters", 1000))));
 const bun = join(root, "node_modules", ".bin", "bun");
 const reference = join(root, "node_modules", "@prisma", "streams-server");
 
@@ -49,7 +52,7 @@ function copies() {
 }
 
 function run(anchor, rate) {
-  const args = [join(here, "reference", "b6-e2e.ts"), "--runs", "1", "--only", "main", "--rate", String(rate), "--seconds", String(SECONDS)];
+  const args = [join(here, "reference", "b6-e2e.ts"), "--runs", "1", "--only", "main", "--rate", String(rate), "--seconds", String(SECONDS), "--waiters", String(WAITERS)];
   process.stderr.write(`$ ANCHOR_REPO=${anchor} bun ${args.join(" ")}\n`);
   const r = spawnSync(bun, args, { cwd: root, env: { ...process.env, ANCHOR_REPO: anchor }, stdio: ["ignore", "pipe", "inherit"], maxBuffer: 1 << 28 });
   if (r.status !== 0) throw new Error(`b6-e2e.ts against ${anchor} exited with ${r.status}`);
@@ -63,6 +66,7 @@ function run(anchor, rate) {
     wakes: run0.woken,
     wakesBeforeRecord: run0.wokenBeforeRecordProcessed,
     cpuMsPer1000Wakes: Math.round(((run0.cpuSeconds * 1e6) / Math.max(1, run0.woken)) * 100) / 100,
+    cpuMsPer1000Rows: Math.round(((run0.cpuSeconds * 1e6) / Math.max(1, run0.achievedRowsPerSec * run0.writerSeconds)) * 100) / 100,
     cpuCores: run0.cpuCores,
     kinds: run0.wokenByKind,
     endMode: run0.metaEnd?.touchMode,
@@ -76,7 +80,7 @@ const median = (xs) => {
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
 };
 /** Which way is better per metric (ratio > 1 means the swapped side is better). */
-const BETTER = { p50Ms: "lower", p99Ms: "lower", achievedRowsPerSec: "higher", cpuMsPer1000Wakes: "lower", wakes: "higher" };
+const BETTER = { p50Ms: "lower", p99Ms: "lower", achievedRowsPerSec: "higher", cpuMsPer1000Wakes: "lower", cpuMsPer1000Rows: "lower", wakes: "higher" };
 
 const dir = copies();
 try {
@@ -99,7 +103,7 @@ try {
         return [k, m === null ? null : Math.round(m * 100) / 100];
       })
     );
-    const line = { bench: `B6-swap-${rate}`, date: new Date().toISOString(), rateRowsPerSec: rate, seconds: SECONDS, rounds: ROUNDS, unswapped: side("unswapped"), swapped: side("swapped"), ratios };
+    const line = { bench: `B6-swap-${rate}`, date: new Date().toISOString(), rateRowsPerSec: rate, seconds: SECONDS, waiters: WAITERS, rounds: ROUNDS, unswapped: side("unswapped"), swapped: side("swapped"), ratios };
     console.log(JSON.stringify(line));
     mkdirSync(join(here, "out"), { recursive: true });
     appendFileSync(join(here, "out", "results.jsonl"), JSON.stringify(line) + "\n");

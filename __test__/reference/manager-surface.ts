@@ -119,10 +119,9 @@ try {
   call("notify")(S);
   await call("tick")();
   const fineReply = (await fine).body;
-  out.fineWait = fineReply.touched;
-  // The reference's last batch found no fine demand, so it answers at table granularity
-  // (`coarseOnly`, M8); ours keeps fine touches flowing (B4) and answers at key granularity.
-  kinds.fineWait = fineReply.effectiveWaitKind;
+  // The last batch found a coarse waiter and no fine demand (`coarseOnly`, M8): the wait is
+  // answered at table granularity.
+  out.fineWait = [fineReply.touched, fineReply.effectiveWaitKind];
 
   // Wait metrics: the totals count what the caller records.
   const before = snapshot();

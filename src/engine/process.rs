@@ -563,6 +563,23 @@ impl Inner {
             cfg.lag_recover_fine_touches_at_source_offsets,
         );
         let max_rows_cfg = self.opts.max_batch_rows.max(1);
+        if !hot.has_fine_demand() {
+            // No fine waiter, and no key or template in its grace: no fine key can be heard
+            // now. The batch emits what every later wait from an older cursor hears instead,
+            // as a coarsened one does: the template keys of the entities it saw (templated
+            // waits merge them, W3) and the catch-all (untemplated ones listen to it, B2), at
+            // a cost per template rather than per row and template. The first fine wait
+            // makes its keys hot, and the batches after it are fine again (M4, with B4's
+            // guarantee kept by the coarse keys).
+            return BatchPlan {
+                granularity: Granularity::Template,
+                budget: None,
+                grant: 0,
+                mode: if has_waiters { TouchMode::CoarseOnly } else { TouchMode::Idle },
+                recent_interest,
+                max_rows: max_rows_cfg,
+            };
+        }
         if suppressed {
             return BatchPlan {
                 granularity: Granularity::Template,

@@ -3,6 +3,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
+use super::policy::TouchMode;
 use super::wait::{WaitArgs, WaitReply};
 use super::*;
 use crate::jscompat::json::parse;
@@ -383,5 +384,65 @@ fn hot_interest_leases_count_until_released_and_meta_sweeps_them_after_the_grace
     assert_eq!(engine.memory(5).0.hot_fine_streams, 0, "the empty hot state is dropped");
     let err = engine.begin_hot_interest("none", hot::InterestMode::Coarse, &[], &[]).unwrap_err();
     assert_eq!(err.code(), "ERR_STREAM_NOT_FOUND");
+    blocking(|r| engine.close(r)).unwrap();
+}
+
+#[test]
+fn with_no_one_listening_batches_touch_templates_not_tuples_and_an_older_cursor_still_wakes() {
+    let (_d, store, engine) = setup();
+    let decl = templates::TemplateDecl {
+        entity: "public.posts".into(),
+        fields: vec![templates::FieldDecl { name: "authorId".into(), encoding: "int64".into() }],
+    };
+    let (out, _) = engine.activate_templates("s", &[decl], None).unwrap();
+    let tpl = out.activated[0].template_id.clone();
+    let bits = template_id(b"public.posts", &["authorId"]);
+    let cursor = engine.cursor("s").unwrap();
+    let row = |id: usize, author: usize| {
+        format!(
+            r#"{{"type":"public.posts","key":"{id}","value":{{"id":{id},"authorId":{author}}},"headers":{{"operation":"insert"}}}}"#
+        )
+    };
+    let rows: Vec<String> = (0..40).map(|i| row(i, 100 + i)).collect();
+    append(&store, &rows.iter().map(String::as_str).collect::<Vec<_>>());
+    let meta = blocking(|r| engine.meta("s", true, 5000.0, r)).unwrap();
+    assert!(meta.settled);
+    assert_eq!(meta.touch_mode, TouchMode::Idle);
+    // 40 rows, 40 tuples: with no fine demand the batch touched the template's key, not 40
+    // watch keys.
+    let emitted = meta.runtime.totals.touches_template;
+    assert!(emitted > 0.0 && emitted < 5.0, "template touches: {emitted}");
+    // Waits from the cursor before those rows hear them: a templated one through its template
+    // key, an untemplated one through the catch-all.
+    let watch = hex16(watch_key(bits, &["105"]));
+    for body in [
+        format!(r#"{{"cursor":"{cursor}","keys":["{watch}"],"templateIdsUsed":["{tpl}"],"timeoutMs":2000}}"#),
+        format!(r#"{{"cursor":"{cursor}","keys":["{watch}"],"timeoutMs":2000}}"#),
+    ] {
+        let r = wait(&engine, &body).recv_timeout(Duration::from_secs(5)).unwrap().unwrap();
+        assert!(r.touched && !r.parked, "{body}: {r:?}");
+    }
+    // A fine waiter makes its key hot: the batches after it emit watch keys again.
+    let now = engine.cursor("s").unwrap();
+    let other = hex16(watch_key(bits, &["999"]));
+    let parked = wait(
+        &engine,
+        &format!(r#"{{"cursor":"{now}","keys":["{other}"],"templateIdsUsed":["{tpl}"],"timeoutMs":1500}}"#),
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    append(&store, &[&row(50, 7)]);
+    let r = parked.recv_timeout(Duration::from_secs(5)).unwrap().unwrap();
+    assert!(!r.touched, "a precise batch does not wake another tuple's waiter");
+    let meta = blocking(|r| engine.meta("s", true, 5000.0, r)).unwrap();
+    assert_eq!(meta.touch_mode, TouchMode::Fine);
+    let seven = hex16(watch_key(bits, &["7"]));
+    let r = wait(
+        &engine,
+        &format!(r#"{{"cursor":"{now}","keys":["{seven}"],"templateIdsUsed":["{tpl}"],"timeoutMs":2000}}"#),
+    )
+    .recv_timeout(Duration::from_secs(5))
+    .unwrap()
+    .unwrap();
+    assert!(r.touched && r.effective_wait_kind == super::wait::WaitKind::FineKey);
     blocking(|r| engine.close(r)).unwrap();
 }
