@@ -2,7 +2,7 @@
 // "main": 1,000 fine waiters on 24 templates, appends over HTTP, in process) against an
 // unswapped and a swapped copy of @prisma/streams-server, alternating, in the same run.
 //
-//   npm run bench:compare -- swap [--rounds 3] [--rates 1000,5000] [--seconds 10] [--waiters 1000]
+//   npm run bench:compare -- swap [--rounds 3] [--rates 1000,5000] [--seconds 10] [--waiters 1000] [--batch 50]
 //   node bench/swap.mjs [--rounds 1] ...
 //
 // Both copies are made from node_modules/@prisma/streams-server (never swapped in place, so the
@@ -31,6 +31,7 @@ const ROUNDS = Math.max(1, Number(opt("rounds", 1)) || 1);
 const RATES = String(opt("rates", "1000,5000")).split(",").map(Number).filter((n) => n > 0);
 const SECONDS = Number(opt("seconds", 10));
 const WAITERS = Math.max(0, Math.floor(Number(opt("waiters", 1000))));
+const BATCH = Math.max(1, Math.floor(Number(opt("batch", 50))));
 const bun = join(root, "node_modules", ".bin", "bun");
 const reference = join(root, "node_modules", "@prisma", "streams-server");
 
@@ -52,7 +53,7 @@ function copies() {
 }
 
 function run(anchor, rate) {
-  const args = [join(here, "reference", "b6-e2e.ts"), "--runs", "1", "--only", "main", "--rate", String(rate), "--seconds", String(SECONDS), "--waiters", String(WAITERS)];
+  const args = [join(here, "reference", "b6-e2e.ts"), "--runs", "1", "--only", "main", "--rate", String(rate), "--seconds", String(SECONDS), "--waiters", String(WAITERS), "--batch", String(BATCH)];
   process.stderr.write(`$ ANCHOR_REPO=${anchor} bun ${args.join(" ")}\n`);
   const r = spawnSync(bun, args, { cwd: root, env: { ...process.env, ANCHOR_REPO: anchor }, stdio: ["ignore", "pipe", "inherit"], maxBuffer: 1 << 28 });
   if (r.status !== 0) throw new Error(`b6-e2e.ts against ${anchor} exited with ${r.status}`);
@@ -103,7 +104,7 @@ try {
         return [k, m === null ? null : Math.round(m * 100) / 100];
       })
     );
-    const line = { bench: `B6-swap-${rate}`, date: new Date().toISOString(), rateRowsPerSec: rate, seconds: SECONDS, waiters: WAITERS, rounds: ROUNDS, unswapped: side("unswapped"), swapped: side("swapped"), ratios };
+    const line = { bench: `B6-swap-${rate}`, date: new Date().toISOString(), rateRowsPerSec: rate, seconds: SECONDS, waiters: WAITERS, batch: BATCH, rounds: ROUNDS, unswapped: side("unswapped"), swapped: side("swapped"), ratios };
     console.log(JSON.stringify(line));
     mkdirSync(join(here, "out"), { recursive: true });
     appendFileSync(join(here, "out", "results.jsonl"), JSON.stringify(line) + "\n");
