@@ -3,7 +3,19 @@
 // after the reference's shapes; fields the native core does not look into are `unknown`.
 import type { Result } from "better-result";
 import { TouchJournal as NativeTouchJournal } from "../index.js";
-import type { TouchJournalIntervalStats, TouchJournalMeta, TouchJournalOptions, TouchJournalTotalStats, TouchHit, TouchRow } from "../index.js";
+import type {
+  EngineJournal,
+  Store,
+  TemplateDecl,
+  TouchEngine,
+  TouchJournalIntervalStats,
+  TouchJournalMeta,
+  TouchJournalOptions,
+  TouchJournalTotalStats,
+  TouchHit,
+  TouchRow,
+  TouchRuntime,
+} from "../index.js";
 
 export type { TouchJournalIntervalStats, TouchJournalMeta, TouchJournalOptions, TouchJournalTotalStats, TouchHit, TouchRow };
 
@@ -101,6 +113,54 @@ export declare class TouchProcessorWorkerPool {
   /** `processResult`, throwing a `DurableStreamsError` on error. */
   process(req: ProcessRequest): Promise<ProcessResult>;
 }
+
+/** What the swapped manager takes of a stream's touch config (the server's `TouchConfig`). */
+export type HostTouchConfig = Record<string, unknown>;
+
+/**
+ * The reference's `TouchProcessorManager` (`touch/manager.ts` 0.1.11) on the native engine:
+ * the same constructor and every public member of the reference class.
+ */
+export declare class TouchProcessorManager {
+  constructor(cfg: Record<string, any>, db: any, ingest: any, notifier: any, profiles: any, backpressure?: any);
+  readonly engine: TouchEngine;
+  readonly store: Store;
+  start(): void;
+  stop(): Promise<void>;
+  notify(stream: string): void;
+  /** One processing pass now: every row committed before the call is processed and touched. */
+  tick(): Promise<void>;
+  getMemoryStats(): Record<string, number>;
+  getTopStreams(limit?: number): Array<{ stream: string; journal_filter_bytes: number; dirty: boolean; touch_mode: "idle" | "fine" | "restricted" | "coarseOnly" | null }>;
+  activateTemplates(args: {
+    stream: string;
+    touchCfg: HostTouchConfig;
+    baseStreamNextOffset?: bigint;
+    activeFromTouchOffset?: string;
+    templates: TemplateDecl[];
+    inactivityTtlMs?: number;
+  }): { activated: Array<{ templateId: string; state: "active"; activeFromTouchOffset: string }>; denied: Array<{ templateId: string; reason: string }> };
+  heartbeatTemplates(args: { stream: string; touchCfg: HostTouchConfig; templateIdsUsed: string[] }): void;
+  beginHotWaitInterest(args: {
+    stream: string;
+    touchCfg: HostTouchConfig;
+    keyIds: number[];
+    templateIdsUsed: string[];
+    interestMode: "fine" | "coarse";
+  }): () => void;
+  getTouchRuntimeSnapshot(args: { stream: string; touchCfg: HostTouchConfig }): TouchRuntime;
+  recordWaitMetrics(args: { stream: string; touchCfg: HostTouchConfig; keysCount: number; outcome: "touched" | "timeout" | "stale"; latencyMs: number }): void;
+  resolveTemplateEntitiesForWait(args: { stream: string; templateIdsUsed: string[] }): string[];
+  /** The engine's own journal of the stream (its batches touch it, its waits park in it). */
+  getOrCreateJournal(stream: string, touchCfg?: HostTouchConfig): EngineJournal;
+  getJournalIfExists(stream: string): EngineJournal | null;
+}
+
+/**
+ * The manager class for a server whose modules `host` names: `openSqliteDatabase` (its
+ * `sqlite/adapter.ts`, which must be ours) and, optionally, `LiveMetricsV2`.
+ */
+export declare function createTouchProcessorManager(host?: { openSqliteDatabase?: unknown; LiveMetricsV2?: unknown }): typeof TouchProcessorManager;
 
 /** The server's SQLite adapter (`sqlite/adapter.ts`) on durable-touch's SQLite; also `durable-touch/compat/sqlite-adapter`. */
 export * as sqliteAdapter from "./sqlite-adapter.mjs";
