@@ -77,7 +77,7 @@ test("compat pool = reference pool: P17 scenarios, odd template rows, batch limi
     { rows: P17_ROWS, templates: [P17_TEMPLATE, { ...P17_TEMPLATE, templateId: "00000000000000ff", fieldsJson: '["title"]', encodingsJson: '["string"]', activeFromSourceOffset: 1.5 }, { ...P17_TEMPLATE, templateId: "00000000000000fe", fieldsJson: '["id"]', encodingsJson: '["int64"]' }], requests: requests.slice(0, 2) },
     { rows: [], templates: [], requests: [requests[0]] },
   ];
-  const out = await runReference("compat-pool", { scenarios });
+  const out = await runReference("compat-pool", { scenarios }, { retries: 2 });
   const pairs = out.scenarios.flat();
   assert.equal(pairs.length, requests.length * 2 + 2 + 1);
   assert.deepEqual(compareAll(pairs, "request"), []);
@@ -106,7 +106,7 @@ test("compat pool = reference pool: random workloads with malformed records", as
     const requests = [...Array(5)].map(() => randomRequest(r, n, templates.map((t) => t.templateId)));
     scenarios.push({ rows, templates, requests });
   }
-  const out = await runReference("compat-pool", { scenarios });
+  const out = await runReference("compat-pool", { scenarios }, { retries: 2 });
   const pairs = out.scenarios.flat();
   assert.deepEqual(compareAll(pairs, "request").slice(0, 3), []);
   const ok = pairs.filter((p) => p.reference.status === "ok");
@@ -115,7 +115,7 @@ test("compat pool = reference pool: random workloads with malformed records", as
 }, { timeout: 120_000, skip });
 
 test("compat pool lifecycle = reference pool: not started, disabled, stop with pending, restart, process()", async () => {
-  const out = await runReference("compat-pool", { lifecycle: true });
+  const out = await runReference("compat-pool", { lifecycle: true }, { retries: 2 });
   assert.deepEqual(compareAll(out.lifecycle, "step").map((d) => ({ ...d, step: out.lifecycle[Number(d.at.split(" ")[1])].step })), []);
   const step = (name) => out.lifecycle.find((s) => s.step === name).compat;
   assert.deepEqual(step("not started"), { status: "error", error: { kind: "worker_pool_unavailable", message: "worker pool not started" } });

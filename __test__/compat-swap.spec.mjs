@@ -192,8 +192,8 @@ function checkRun(run, label) {
 test("the swapped reference server behaves like the unswapped one over HTTP (create, profile, append, meta, waits, 200 timeouts, stale after restart)", async () => {
   const { plain, swapped } = serverCopies("plain", "swapped");
   swap(swapped);
-  const runPlain = await runReference("swap-app", {}, { env: { APP_SRC: plain } });
-  const runSwapped = await runReference("swap-app", {}, { env: { APP_SRC: swapped } });
+  const runPlain = await runReference("swap-app", {}, { env: { APP_SRC: plain }, retries: 2 });
+  const runSwapped = await runReference("swap-app", {}, { env: { APP_SRC: swapped }, retries: 2 });
   const uses = (v) => ({ nativeJournal: v, nativePool: v, parseTouchCursor: v, nativeManager: v, nativeRoutes: v, nativeSqlite: v });
   assert.deepEqual(runPlain.uses, uses(false));
   assert.deepEqual(runSwapped.uses, uses(true));
@@ -206,8 +206,8 @@ test("the swapped reference server behaves like the unswapped one over HTTP (cre
 test("the swapped server delivers the invalidations the unswapped one loses (B1–B7 over HTTP)", async () => {
   const { plain, swapped } = serverCopies("plain", "swapped");
   swap(swapped);
-  const lost = await runReference("swap-losses", {}, { env: { APP_SRC: plain } });
-  const kept = await runReference("swap-losses", {}, { env: { APP_SRC: swapped } });
+  const lost = await runReference("swap-losses", {}, { env: { APP_SRC: plain }, retries: 2 });
+  const kept = await runReference("swap-losses", {}, { env: { APP_SRC: swapped }, retries: 2 });
   // The reference: a budget of 3 keys per batch wakes a few of 40 waiters; the other
   // scenarios wake none of theirs.
   assert.ok(lost.B1.filter(Boolean).length <= 5, `unswapped B1: ${lost.B1.filter(Boolean).length} of 40 woken`);
@@ -224,6 +224,6 @@ test("a stream deleted and created again, or with touch turned off and on, is se
     toggle: { statuses: [200, 200, 200], coarse: [true, true] },
     offAppendOn: { statuses: [200, 200, 200], coarse: [true] },
   };
-  assert.deepEqual(await runReference("swap-recreate", {}, { env: { APP_SRC: plain } }), expected, "unswapped");
-  assert.deepEqual(await runReference("swap-recreate", {}, { env: { APP_SRC: swapped } }), expected, "swapped");
+  assert.deepEqual(await runReference("swap-recreate", {}, { env: { APP_SRC: plain }, retries: 2 }), expected, "unswapped");
+  assert.deepEqual(await runReference("swap-recreate", {}, { env: { APP_SRC: swapped }, retries: 2 }), expected, "swapped");
 }, { timeout: 90_000, skip: !referenceAvailable() });

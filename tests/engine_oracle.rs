@@ -546,6 +546,12 @@ fn touch_profile(rng: &mut Rng) -> String {
     if rng.chance(0.3) {
         touch.insert("onMissingBefore".into(), json!("skipBefore"));
     }
+    if rng.chance(0.4) {
+        // Hot interest that lapses within milliseconds of its last waiter: batches between a
+        // chain's waits find no fine demand and run at template granularity (M4), and the next
+        // wait comes back with a cursor from before them.
+        touch.insert("memory".into(), json!({ "hotKeyTtlMs": rng.range(1, 30), "hotTemplateTtlMs": rng.range(1, 30) }));
+    }
     json!({ "kind": "state-protocol", "touch": touch }).to_string()
 }
 

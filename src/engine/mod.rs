@@ -561,8 +561,10 @@ impl Inner {
                 if rt.profile == profile {
                     return;
                 }
+                // Only what the journal is built from: hot-interest settings (M19) change
+                // nothing a cursor depends on.
                 let journal_reset =
-                    rt.touch().map(|t| t.memory.clone()) != profile.enabled_touch().map(|t| t.memory.clone());
+                    rt.touch().map(runtime::journal_options) != profile.enabled_touch().map(runtime::journal_options);
                 if profile.enabled_touch().is_none() {
                     rt.processed_through = None;
                 }

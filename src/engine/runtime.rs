@@ -70,6 +70,20 @@ pub struct StreamRt {
     pub tuples: TupleMemory,
 }
 
+/// The options of a stream's journal, from `touch.memory` (M20); the hot-interest fields of
+/// `touch.memory` (M19) are not among them.
+pub fn journal_options(cfg: &TouchConfig) -> JournalOptions {
+    let m = &cfg.memory;
+    JournalOptions {
+        bucket_ms: m.bucket_ms,
+        filter_pow2: m.filter_pow2,
+        k: m.k,
+        pending_max_keys: m.pending_max_keys,
+        key_index_max_keys: m.key_index_max_keys,
+        ..JournalOptions::default()
+    }
+}
+
 impl StreamRt {
     pub fn new(profile: StateProtocolProfile) -> StreamRt {
         StreamRt {
@@ -140,15 +154,7 @@ impl StreamRt {
     pub fn journal(&mut self, cfg: &TouchConfig) -> (&Journal, bool) {
         let created = self.journal.is_none();
         if created {
-            let m = &cfg.memory;
-            self.journal = Some(Journal::new(JournalOptions {
-                bucket_ms: m.bucket_ms,
-                filter_pow2: m.filter_pow2,
-                k: m.k,
-                pending_max_keys: m.pending_max_keys,
-                key_index_max_keys: m.key_index_max_keys,
-                ..JournalOptions::default()
-            }));
+            self.journal = Some(Journal::new(journal_options(cfg)));
         }
         (self.journal.as_ref().expect("journal"), created)
     }
