@@ -2,13 +2,15 @@
 // durable-touch command line.
 //
 //   durable-touch [serve] [--port 8787] [--host 127.0.0.1] [--data ./data] [--workers N]
-//   durable-touch swap <path-to-server-src> [--undo]
+//   durable-touch swap <path-to-server-src | @prisma/streams-local install> [--undo]
 //
 // `serve` (the default) starts the Live HTTP server; SIGINT/SIGTERM close it cleanly
 // (pending waits are answered, the store is closed). `swap` rewrites the reference server's
 // SQLite adapter, touch manager, touch routes, touch journal and worker pool modules into
 // shims over durable-touch/compat (lib/swap.mjs), and says what a bundle of the swapped server
-// needs (durable-touch external and installed where the bundle runs).
+// needs (durable-touch external and installed where the bundle runs); on an install of
+// @prisma/streams-local (the package root, or a project holding it), it swaps the same modules
+// in the package's bundled chunk (lib/swap-local.mjs).
 const argv = process.argv.slice(2);
 const command = argv[0] && !argv[0].startsWith("--") ? argv.shift() : "serve";
 const flag = (name) => {
@@ -28,16 +30,16 @@ if (command === "serve") {
   process.once("SIGINT", () => stop("SIGINT"));
   process.once("SIGTERM", () => stop("SIGTERM"));
 } else if (command === "swap") {
-  const { swap, BUNDLE_NOTE } = await import("../lib/swap.mjs");
+  const { swap, swapKind, BUNDLE_NOTE } = await import("../lib/swap.mjs");
   const target = argv.find((a) => !a.startsWith("--"));
   if (!target) {
-    console.error("usage: durable-touch swap <path-to-server-src> [--undo]");
+    console.error("usage: durable-touch swap <path-to-server-src | @prisma/streams-local install> [--undo]");
     process.exit(2);
   }
   try {
     const undo = argv.includes("--undo");
     for (const line of swap(target, { undo })) console.log(line);
-    if (!undo) console.log(BUNDLE_NOTE);
+    if (!undo && swapKind(target) === "server") console.log(BUNDLE_NOTE);
   } catch (e) {
     console.error(`durable-touch swap: ${e.message}`);
     process.exit(1);

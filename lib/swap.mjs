@@ -17,6 +17,10 @@
 // profile about five times per touch request; that clone was the largest single cost of the
 // request's JS time). A patched module keeps all of its code and exports.
 //
+// `target` may also be an install of @prisma/streams-local (the same server, bundled by bun, that
+// `prisma dev` embeds): its package root or a project whose node_modules holds it. Its one code
+// chunk is swapped instead (lib/swap-local.mjs).
+//
 // The originals are kept next to them as `*.ts.orig`; `--undo` puts them back byte for byte.
 // Swapping twice is swapping once; undoing an unswapped tree changes nothing; a tree whose
 // modules export anything unexpected is refused untouched.
@@ -31,6 +35,7 @@
 import { createRequire } from "node:module";
 import { chmodSync, copyFileSync, existsSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { findLocalPackage, swapLocal } from "./swap-local.mjs";
 
 const MARKER = "// durable-touch swap:";
 const FROM = "durable-touch/compat";
@@ -135,7 +140,15 @@ function sourceDir(target) {
   for (const candidate of [dir, join(dir, "src")]) {
     if (MODULES.every((m) => existsSync(join(candidate, m.path)))) return candidate;
   }
-  throw new Error(`${dir} is not the server's src directory: ${MODULES.map((m) => m.path).join(" and ")} not found`);
+  throw new Error(
+    `${dir} is not the server's src directory (${MODULES.map((m) => m.path).join(" and ")} not found) ` +
+      `nor an install of @prisma/streams-local (its package root, or a project whose node_modules holds it)`,
+  );
+}
+
+/** What `target` is: "local" (an @prisma/streams-local install, lib/swap-local.mjs) or "server" (sources). */
+export function swapKind(target) {
+  return findLocalPackage(target) === null ? "server" : "local";
 }
 
 const isSwapped = (text) => text.startsWith(MARKER);
@@ -145,6 +158,8 @@ const isSwapped = (text) => text.startsWith(MARKER);
  * before writing anything when a module is not what this swap expects.
  */
 export function swap(target, { undo = false } = {}) {
+  const local = findLocalPackage(target);
+  if (local !== null) return swapLocal(local, { undo });
   const src = sourceDir(target);
   const plan = MODULES.map((mod) => {
     const file = join(src, mod.path);
