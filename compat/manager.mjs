@@ -41,6 +41,9 @@ const NATIVE = Symbol.for("durable-touch.native");
 /** How often the engine re-reads the server's profiles (ms). */
 const PROFILE_POLL_MS = 1000;
 
+/** The shortest safety-net tick of the engine's loop (ms). */
+const SAFETY_NET_MS = 250;
+
 /** A fine wait with more keys than this is broad: counted, its keys not tracked (M19). */
 const HOT_INTEREST_MAX_KEYS = 64;
 
@@ -123,7 +126,10 @@ export function createTouchProcessorManager(host = {}) {
       this.store = Store.open(cfg.dbPath, { hostConnection });
       this.engine = new TouchEngine(this.store, {
         workers: Math.max(1, Math.min(64, workers)),
-        checkIntervalMs: Math.max(0, interval),
+        // Processing follows `notify` at once, so the host's tick is only the safety net (rows
+        // written by another process, backoffs, upkeep): at least SAFETY_NET_MS, whatever the
+        // host passes (the local runtime passes 5 ms, which kept a core ~8% busy idle).
+        checkIntervalMs: Math.max(SAFETY_NET_MS, interval),
         maxBatchRows: Math.max(1, Math.floor(Number(cfg.touchMaxBatchRows ?? 500))),
         maxBatchBytes: Math.max(1, Math.floor(Number(cfg.touchMaxBatchBytes ?? 4 * 1024 * 1024))),
         // The reference processes nothing with no workers or no tick.
