@@ -158,6 +158,13 @@ export declare class TouchEngine {
    * caller ran itself (the engine's own waits count themselves).
    */
   recordWait(stream: string, outcome: 'touched' | 'timeout' | 'stale'): void
+  /**
+   * Drains what the engine kept since the previous call with `records: true`: one record
+   * per processed batch (touch counts, not touches), template lifecycle events with the
+   * reference's fields, WAL GC deletions and failed batches per stream. Empty without
+   * `records`; works after `close()`.
+   */
+  takeRecords(): EngineRecords
   /** The stats snapshot (the collector's window resets on each call). */
   stats(): EngineStats
   /**
@@ -269,6 +276,49 @@ export interface AppendResult {
   nextOffset: bigint
 }
 
+/**
+ * One processed batch (several of one stream when the queue was full and they were folded):
+ * the arguments of the reference's `LiveMetricsV2.recordProcessorBatch`, with touch counts in
+ * place of its `touches` array.
+ */
+export interface BatchRecord {
+  stream: string
+  /** How many batches the record stands for (1 unless folded). */
+  batches: number
+  rowsRead: number
+  changes: number
+  touchesEmitted: number
+  tableTouches: number
+  templateTouches: number
+  /** Distinct key ids among each batch's touches, summed over folded batches. */
+  uniqueKeys: number
+  lagSourceOffsets: number
+  touchMode: 'idle' | 'fine' | 'restricted' | 'coarseOnly'
+  hotFineKeys: number
+  hotTemplates: number
+  hotFineKeysActive: number
+  hotFineKeysGrace: number
+  hotTemplatesActive: number
+  hotTemplatesGrace: number
+  fineWaitersActive: number
+  coarseWaitersActive: number
+  broadFineWaitersActive: number
+  /** Now minus the newest row's append time, when a row had one. */
+  commitLagMs?: number
+  fineTouchesDroppedDueToBudget: number
+  fineTouchesSkippedColdTemplate: number
+  fineTouchesSkippedColdKey: number
+  fineTouchesSkippedTemplateBucket: number
+  /** Batches (of `batches`) whose fine touches were restricted for lag, and their time. */
+  fineTouchesSuppressedBatchesDueToLag: number
+  fineTouchesSuppressedDueToLagMs: number
+  /** Batches (of `batches`) held back by the fine budget or its tokens. */
+  fineTouchesSuppressedBatchesDueToBudget: number
+  /** Batches (of `batches`) that read rows and emitted no touch. */
+  scannedButEmitted0Batches: number
+  processedThroughDelta: number
+}
+
 /** The stats collector's window (X1, X3). */
 export interface CollectorStats {
   ingestedBytes: number
@@ -311,6 +361,20 @@ export interface EngineMemoryStats {
 }
 
 /**
+ * `takeRecords()`: everything kept since the previous call (empty unless the engine was
+ * opened with `records: true`).
+ */
+export interface EngineRecords {
+  batches: Array<BatchRecord>
+  lifecycle: Array<LifecycleRecord>
+  lifecycleOverflow: Array<LifecycleOverflow>
+  walGc: Array<WalGcRecord>
+  failures: Array<FailureRecord>
+  /** Batch records folded into an earlier one of their stream (the queue was full). */
+  batchesFolded: number
+}
+
+/**
  * `stats()`: the collector's window since the previous call (then reset), the reporter's
  * one-line summary, memory, the top streams by journal bytes and per-stream totals.
  */
@@ -322,6 +386,12 @@ export interface EngineStats {
   topStreams: Array<TopStreamEntry>
   streams: Array<StreamRuntimeStats>
   templateLifecycle: LifecycleStats
+}
+
+export interface FailureRecord {
+  stream: string
+  /** Failed batches since the last drain. */
+  count: number
 }
 
 /**
@@ -337,6 +407,34 @@ export interface HotInterest {
   /** Template ids the wait's query uses (16 hex; others are ignored). */
   templateIdsUsed?: Array<string>
   interestMode: 'fine' | 'coarse'
+}
+
+/** Lifecycle events of a stream that did not fit the queue: counted, not kept. */
+export interface LifecycleOverflow {
+  stream: string
+  activated: number
+  retired: number
+  evicted: number
+}
+
+/**
+ * A template lifecycle event with the reference's fields (`TemplateLifecycleEvent`); the
+ * fields of the other kinds are absent.
+ */
+export interface LifecycleRecord {
+  type: 'live.template_activated' | 'live.template_retired' | 'live.template_evicted'
+  ts: string
+  stream: string
+  templateId: string
+  entity?: string
+  fields?: Array<string>
+  encodings?: Array<string>
+  reason: string
+  activeFromTouchOffset?: string
+  inactivityTtlMs?: number
+  lastSeenAt?: string
+  inactiveForMs?: number
+  cap?: number
 }
 
 export interface LifecycleStats {
@@ -632,6 +730,14 @@ export interface TouchEngineOptions {
    * A notified stream the engine does not know has its profile read at once.
    */
   profilePollMs?: number
+  /**
+   * Keep what each batch did, template lifecycle events, WAL GC deletions and batch
+   * failures for `takeRecords()` (default false: nothing is kept). The queue is bounded
+   * (10,000 batch records and 10,000 lifecycle events; past that, batches fold into their
+   * stream's newest record and lifecycle events are only counted), so a host that turns it
+   * on should drain it every few hundred milliseconds.
+   */
+  records?: boolean
 }
 
 /** What `waitForAny` resolves with when a touch woke it. */
@@ -904,6 +1010,19 @@ export interface WaitResult {
   flushAtMs: number
   bucketStartMs: number
   error?: { code: 'stale'; message: string }
+}
+
+/**
+ * A stream's WAL GC deletions since the last drain (the reference's `recordBaseWalGc`, one
+ * call per deletion).
+ */
+export interface WalGcRecord {
+  stream: string
+  calls: number
+  deletedRows: number
+  deletedBytes: number
+  msSum: number
+  msMax: number
 }
 
 /** Result of `deleteWalThrough`. */

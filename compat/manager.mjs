@@ -9,6 +9,8 @@
 // - `beginHotWaitInterest` (`TouchEngine.beginHotInterest` / `releaseHotInterest`);
 // - `getTouchRuntimeSnapshot` (`TouchEngine.runtime`, hot state swept as the reference does);
 // - `recordWaitMetrics` (`live.metrics` and `TouchEngine.recordWait`);
+//   `live.metrics` also gets what the engine did (batches, template lifecycle events, WAL GC,
+//   failures: `TouchEngine.takeRecords`, drained every RECORDS_DRAIN_MS, see live-metrics.mjs);
 // - `resolveTemplateEntitiesForWait` (the reference's query, on the server's connection);
 // - `getOrCreateJournal`, `getJournalIfExists` (`TouchEngine.journal`: the engine's own
 //   journal of the stream, so touches and waits through it reach the engine's waiters).
@@ -34,6 +36,7 @@
 import { Store, TouchEngine } from "../index.js";
 import { bridgeWaitForAny } from "./journal.mjs";
 import { hostConnectionOf } from "./sqlite-adapter.mjs";
+import { feedLiveMetrics } from "./live-metrics.mjs";
 
 /** Set on what durable-touch puts in place of the server's own (the swap's tests look). */
 const NATIVE = Symbol.for("durable-touch.native");
@@ -43,6 +46,12 @@ const PROFILE_POLL_MS = 1000;
 
 /** The shortest safety-net tick of the engine's loop (ms). */
 const SAFETY_NET_MS = 250;
+
+/**
+ * How often the engine's records go to `live.metrics` (ms): well within its 1 s flush, and
+ * often enough that the engine's queue (10,000 batch records) does not fill.
+ */
+const RECORDS_DRAIN_MS = 200;
 
 /** A fine wait with more keys than this is broad: counted, its keys not tracked (M19). */
 const HOT_INTEREST_MAX_KEYS = 64;
@@ -123,6 +132,7 @@ export function createTouchProcessorManager(host = {}) {
       // it holds a read statement open, as its segmenter does across its yields.
       const hostConnection = hostConnectionOf(db?.db);
       if (hostConnection === undefined) throw new Error("durable-touch: the server's database is not on durable-touch's SQLite adapter");
+      const metrics = typeof LiveMetricsV2 === "function";
       this.store = Store.open(cfg.dbPath, { hostConnection });
       this.engine = new TouchEngine(this.store, {
         workers: Math.max(1, Math.min(64, workers)),
@@ -135,26 +145,31 @@ export function createTouchProcessorManager(host = {}) {
         // The reference processes nothing with no workers or no tick.
         autoProcess: workers > 0 && interval > 0,
         profilePollMs: PROFILE_POLL_MS,
+        // What `live.metrics` reports of processing (`drainRecords`).
+        records: metrics,
       });
-      this.liveMetrics =
-        typeof LiveMetricsV2 === "function"
-          ? new LiveMetricsV2(db, ingest, profiles, {
-              getTouchJournal: (stream) => {
-                const j = this.getJournalIfExists(stream);
-                return j ? { meta: j.getMeta(), interval: j.snapshotAndResetIntervalStats() } : null;
-              },
-              onAppended: ({ lastOffset, stream }) => {
-                notifier?.notify?.(stream, lastOffset);
-                notifier?.notifyDetailsChanged?.(stream);
-              },
-            })
-          : null;
+      this.recordsTimer = null;
+      this.liveMetrics = metrics
+        ? new LiveMetricsV2(db, ingest, profiles, {
+            getTouchJournal: (stream) => {
+              const j = this.getJournalIfExists(stream);
+              return j ? { meta: j.getMeta(), interval: j.snapshotAndResetIntervalStats() } : null;
+            },
+            onAppended: ({ lastOffset, stream }) => {
+              notifier?.notify?.(stream, lastOffset);
+              notifier?.notifyDetailsChanged?.(stream);
+            },
+          })
+        : null;
     }
 
     start() {
       if (this.started) return;
       this.started = true;
       if (!this.liveMetrics) return;
+      // Fed whether or not its stream could be made, as the reference feeds its own.
+      this.recordsTimer = setInterval(() => this.drainRecords(), RECORDS_DRAIN_MS);
+      this.recordsTimer.unref?.();
       const ensured = this.liveMetrics.ensureStreamResult();
       if (ensured?.status === "error") {
         console.error("live metrics disabled", ensured.error);
@@ -166,6 +181,9 @@ export function createTouchProcessorManager(host = {}) {
     async stop() {
       if (this.stopped) return;
       this.stopped = true;
+      if (this.recordsTimer !== null) clearInterval(this.recordsTimer);
+      this.recordsTimer = null;
+      this.drainRecords();
       this.liveMetrics?.stop();
       await this.engine.close();
       await this.store.close();
@@ -192,6 +210,32 @@ export function createTouchProcessorManager(host = {}) {
         throw e;
       }
       for (const f of r.failed) console.error("touch processor failed", f.stream, f.message);
+      // What the pass did is in `live.metrics` when it resolves, as with the reference's tick.
+      this.drainRecords();
+    }
+
+    /**
+     * Hands what the engine did since the last call (batches, template lifecycle events, WAL
+     * GC deletions, failures) to the server's `LiveMetricsV2`, as the reference manager calls
+     * it while it processes. Runs every RECORDS_DRAIN_MS, after `tick()`, after an activation
+     * and on `stop()`.
+     */
+    drainRecords() {
+      const lm = this.liveMetrics;
+      if (!lm) return;
+      const records = this.engine.takeRecords();
+      try {
+        feedLiveMetrics(lm, records, (stream) => {
+          try {
+            return this.engine.getTouchConfig(stream);
+          } catch {
+            return null;
+          }
+        });
+      } catch (e) {
+        // Metrics are best-effort; they never fail processing (as in the reference).
+        console.error("live metrics update failed", e);
+      }
     }
 
     /**
@@ -382,9 +426,11 @@ export function createTouchProcessorManager(host = {}) {
       return native;
     }
 
+    /** After an activation (this class's or the route's): denials and lifecycle events. */
     recordActivation(stream, touchCfg, res) {
       const limited = res.denied.filter((d) => d.reason === "rate_limited").length;
       if (limited > 0) this.liveMetrics?.recordActivationDenied(stream, touchCfg, limited);
+      this.drainRecords();
     }
   };
 }

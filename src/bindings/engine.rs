@@ -8,6 +8,7 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
 use super::engine_journal::EngineJournal;
+use super::engine_records::{records_js, EngineRecords};
 use super::journal::key_ids;
 use super::napi::abort;
 use super::napi::helpers::{self, Helper};
@@ -49,6 +50,12 @@ pub struct TouchEngineOptions {
     /// profile this often, in ms (default 0: never; `setProfile` is then the only way in).
     /// A notified stream the engine does not know has its profile read at once.
     pub profile_poll_ms: Option<f64>,
+    /// Keep what each batch did, template lifecycle events, WAL GC deletions and batch
+    /// failures for `takeRecords()` (default false: nothing is kept). The queue is bounded
+    /// (10,000 batch records and 10,000 lifecycle events; past that, batches fold into their
+    /// stream's newest record and lifecycle events are only counted), so a host that turns it
+    /// on should drain it every few hundred milliseconds.
+    pub records: Option<bool>,
 }
 
 /// A template declaration (the body of `/touch/templates/activate`).
@@ -410,6 +417,9 @@ fn parse_options(options: Option<Js>) -> crate::Result<EngineOptions> {
     }
     if let Some(v) = opt_num(&opts, "profilePollMs")? {
         o.profile_poll_ms = count(v, "profilePollMs", 3_600_000.0)? as u64;
+    }
+    if let Some(v) = opts.opt("records")? {
+        o.records = v.boolean("options.records")?;
     }
     Ok(o)
 }
@@ -1153,6 +1163,15 @@ impl TouchEngine {
         let (stream, outcome) = parsed.map_err(|e| throw(env, e))?;
         self.engine.record_wait(&stream, &outcome);
         Ok(())
+    }
+
+    /// Drains what the engine kept since the previous call with `records: true`: one record
+    /// per processed batch (touch counts, not touches), template lifecycle events with the
+    /// reference's fields, WAL GC deletions and failed batches per stream. Empty without
+    /// `records`; works after `close()`.
+    #[napi]
+    pub fn take_records(&self) -> EngineRecords {
+        records_js(self.engine.take_records())
     }
 
     /// The stats snapshot (the collector's window resets on each call).

@@ -13,6 +13,7 @@
 //!   (`lib/internal/journal-methods.js`);
 //! - [`engine`]: the `TouchEngine` class;
 //! - [`engine_journal`]: the `EngineJournal` class (a stream's journal inside an engine);
+//! - [`engine_records`]: what `TouchEngine.takeRecords()` returns;
 //! - [`hostdb`]: the `_sql*` functions behind `compat/sqlite-adapter.mjs` (host SQL);
 //! - [`internal`]: what `lib/internal/native.js` hands the native module at load.
 //!
@@ -21,6 +22,7 @@
 
 pub mod engine;
 pub mod engine_journal;
+pub mod engine_records;
 pub mod hostdb;
 pub mod internal;
 pub mod journal;

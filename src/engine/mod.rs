@@ -12,6 +12,8 @@
 //!   stream's journal;
 //! - [`views`]: what `meta()`, `stats()` and `memory()` report;
 //! - [`stats`]: the stats collector and the reporter line (X1–X5);
+//! - [`records`]: per-batch records, lifecycle events, WAL GC and failures for a host's
+//!   metrics (`EngineOptions::records`);
 //! - [`runtime`]: the in-memory state of each stream;
 //! - [`process`]: one processing batch and the loop that schedules them (M1–M18);
 //! - this module: [`TouchEngine`]: opening, profiles, templates and closing.
@@ -25,6 +27,7 @@ pub mod interest;
 pub mod policy;
 pub mod process;
 pub mod profile;
+pub mod records;
 pub mod runtime;
 pub mod stats;
 pub mod templates;
@@ -71,6 +74,10 @@ pub struct EngineOptions {
     /// state-protocol profile (0: never). A notified stream the engine does not know yet has
     /// its profile read at once either way.
     pub profile_poll_ms: u64,
+    /// Keep a bounded queue of what each batch did, the template lifecycle events, WAL GC
+    /// deletions and batch failures, for [`TouchEngine::take_records`] (a host that reports
+    /// them, as the swapped server's `live.metrics` does). Off: nothing is kept.
+    pub records: bool,
 }
 
 impl Default for EngineOptions {
@@ -84,6 +91,7 @@ impl Default for EngineOptions {
             wal_gc_interval_ms: 1000,
             wal_gc_chunk_offsets: 1_000_000,
             profile_poll_ms: 0,
+            records: false,
         }
     }
 }
@@ -139,6 +147,7 @@ pub(crate) struct Inner {
     pub state: Mutex<State>,
     pub registry: TemplateRegistry,
     pub stats: StatsCollector,
+    pub records: records::RecordQueue,
     signal: Mutex<Signal>,
     wake: Condvar,
     pub closed: AtomicBool,
@@ -196,9 +205,11 @@ impl TouchEngine {
         for (s, p) in loaded {
             streams.insert(s, StreamRt::new(p));
         }
+        let records = records::RecordQueue::new(opts.records);
         let inner = Arc::new(Inner {
             store: store.clone(),
             opts,
+            records,
             state: Mutex::new(State {
                 streams,
                 dirty: Vec::new(),
@@ -358,6 +369,12 @@ impl TouchEngine {
         std::thread::spawn(move || reply(crate::error::catch_panic(|| inner.tick_now())));
     }
 
+    /// Drains the records kept since the last call (nothing unless opened with
+    /// `EngineOptions::records`; see [`records`]). Works after `close` too.
+    pub fn take_records(&self) -> records::Records {
+        self.inner.records.take()
+    }
+
     /// Activates templates (T1–T7, T13's TTL rules) and returns what the route returns.
     pub fn activate_templates(
         &self,
@@ -492,6 +509,7 @@ impl Inner {
     }
 
     fn count_lifecycle(&self, events: &[LifecycleEvent]) {
+        self.records.lifecycle(events);
         let mut st = self.state.lock();
         for e in events {
             match e {

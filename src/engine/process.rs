@@ -13,12 +13,15 @@ use std::time::{Duration, Instant};
 
 use crate::engine::hot::hot_limits;
 use crate::engine::policy::{adaptive_coalesce_ms, FineTokens, TouchMode};
+use crate::engine::records::{BatchRecord, HotCounts};
 use crate::engine::wait::catch_all_key_id;
 use crate::engine::{late_template_touches, profile, templates, touch_late_templates, Inner};
 use crate::error::{Error, Result};
 use crate::journal::{wall_ms, Touch as JournalTouch};
 use crate::processor::source::{read_active_templates, read_batch_rows};
-use crate::processor::{process_row_refs_tracked, Granularity, Mode, ProcessRequest, ProcessResult, TouchSettings};
+use crate::processor::{
+    process_row_refs_tracked, Granularity, Mode, ProcessRequest, ProcessResult, TouchKind, TouchSettings,
+};
 use crate::spec::TouchConfig;
 use crate::store::{blocking, STREAM_FLAG_DELETED};
 
@@ -63,6 +66,11 @@ struct BatchPlan {
     /// window stays short across the moment a burst of woken waiters has not re-registered.
     recent_interest: bool,
     max_rows: usize,
+    /// For the batch's record: the hot state it was planned with, whether the lag guard
+    /// restricted fine touches (M5) and whether the fine tokens granted less than wanted (M11).
+    hot: HotCounts,
+    suppressed_for_lag: bool,
+    token_limited: bool,
 }
 
 impl Inner {
@@ -197,6 +205,7 @@ impl Inner {
                     Err(_) => {
                         // M16 (B9 fixed): the backoff grows until a success.
                         rt.backoff.record_failure(wall_ms());
+                        self.records.failure(&name);
                     }
                 }
             }
@@ -299,6 +308,7 @@ impl Inner {
                         if let Some(rt) = self.state.lock().streams.get_mut(name) {
                             rt.backoff.record_failure(wall_ms());
                         }
+                        self.records.failure(name);
                         report.failed.push((name.clone(), e));
                         break;
                     }
@@ -414,6 +424,7 @@ impl Inner {
             self.state.lock().streams.get_mut(name).map(|rt| std::mem::take(&mut rt.tuples)).unwrap_or_default();
 
         // B1: run the batch within the fine budget, cutting it short rather than dropping.
+        let started = Instant::now();
         let mut result;
         let mut split = false;
         loop {
@@ -438,6 +449,7 @@ impl Inner {
             result.stats.fine_touches_suppressed_due_to_budget = true;
             break;
         }
+        let batch_ms = started.elapsed().as_secs_f64() * 1000.0;
         let mut memory = memory;
         if let Some(changes) = result.tuples.take() {
             memory.apply(changes);
@@ -542,6 +554,9 @@ impl Inner {
                 }
             }
         }
+        if self.records.enabled() {
+            self.records.batch(batch_record(name, &plan, &result, remaining, processed_through - through, batch_ms));
+        }
         self.set_checkpoint(name, processed_through, Some(through));
         Ok(processed_through < to)
     }
@@ -554,6 +569,17 @@ impl Inner {
         let hot = rt.hot_snapshot(&limits, now);
         let has_waiters = hot.has_any_waiters();
         let recent_interest = has_waiters || hot.has_fine_demand();
+        let hot_counts = HotCounts {
+            hot_fine_keys: hot.hot_key_count() as u64,
+            hot_templates: hot.hot_template_count() as u64,
+            hot_fine_keys_active: hot.hot_key_active as u64,
+            hot_fine_keys_grace: hot.hot_key_grace as u64,
+            hot_templates_active: hot.hot_template_active as u64,
+            hot_templates_grace: hot.hot_template_grace as u64,
+            fine_waiters_active: hot.fine_waiters,
+            coarse_waiters_active: hot.coarse_waiters,
+            broad_fine_waiters_active: hot.broad_fine_waiters,
+        };
         // B4: fine touches are computed whether or not a waiter is parked yet, so the lag
         // guard applies regardless of demand.
         let suppressed = rt.lag.update(
@@ -578,6 +604,9 @@ impl Inner {
                 mode: if has_waiters { TouchMode::CoarseOnly } else { TouchMode::Idle },
                 recent_interest,
                 max_rows: max_rows_cfg,
+                hot: hot_counts,
+                suppressed_for_lag: false,
+                token_limited: false,
             };
         }
         if suppressed {
@@ -588,6 +617,9 @@ impl Inner {
                 mode: if has_waiters { TouchMode::Restricted } else { TouchMode::Idle },
                 recent_interest,
                 max_rows: max_rows_cfg,
+                hot: hot_counts,
+                suppressed_for_lag: true,
+                token_limited: false,
             };
         }
         let wanted = cfg.fine_touch_budget_per_batch.floor().max(0.0) as u64;
@@ -602,6 +634,9 @@ impl Inner {
                 mode: if has_waiters { TouchMode::CoarseOnly } else { TouchMode::Idle },
                 recent_interest,
                 max_rows: max_rows_cfg,
+                hot: hot_counts,
+                suppressed_for_lag: false,
+                token_limited: true,
             };
         }
         let budget = if wanted == 0 { None } else { Some(grant.granted as f64) };
@@ -617,6 +652,9 @@ impl Inner {
             mode: if has_waiters { TouchMode::Fine } else { TouchMode::Idle },
             recent_interest,
             max_rows,
+            hot: hot_counts,
+            suppressed_for_lag: false,
+            token_limited: grant.granted < wanted,
         }
     }
 
@@ -745,7 +783,9 @@ impl Inner {
         }
         let inner = self.clone();
         let flush_interval = min_persist;
-        type Upkept = Vec<(String, Option<i64>, Vec<templates::LifecycleEvent>)>;
+        /// A stream's GC target reached, with what it deleted and how long it took (ms).
+        type Gc = Option<(i64, crate::store::WalGcOutcome, f64)>;
+        type Upkept = Vec<(String, Gc, Vec<templates::LifecycleEvent>)>;
         let events: Result<Upkept> = blocking(|r| {
             self.store.write(
                 move |conn| {
@@ -767,8 +807,9 @@ impl Inner {
                                 .unwrap_or(-1);
                             let through = target.min(uploaded);
                             if through >= 0 {
-                                crate::store::delete_wal_through(conn, &d.name, through, None)?;
-                                gc_done = Some(through);
+                                let started = Instant::now();
+                                let deleted = crate::store::delete_wal_through(conn, &d.name, through, None)?;
+                                gc_done = Some((through, deleted, started.elapsed().as_secs_f64() * 1000.0));
                             }
                         }
                         let events = if d.template_gc {
@@ -788,8 +829,14 @@ impl Inner {
             {
                 let mut st = self.state.lock();
                 for (name, gc, ev) in list {
-                    if let (Some(rt), Some(t)) = (st.streams.get_mut(&name), gc) {
-                        rt.gc.done(t, now);
+                    if let Some((t, deleted, ms)) = gc {
+                        if let Some(rt) = st.streams.get_mut(&name) {
+                            rt.gc.done(t, now);
+                        }
+                        // M17: the reference records a deletion that removed something.
+                        if deleted.deleted_rows > 0 || deleted.deleted_bytes > 0 {
+                            self.records.wal_gc(&name, deleted.deleted_rows as f64, deleted.deleted_bytes as f64, ms);
+                        }
                     }
                     all.extend(ev);
                 }
@@ -827,4 +874,54 @@ fn journal_touches(result: &ProcessResult) -> Vec<JournalTouch> {
         .iter()
         .map(|t| JournalTouch { key_id: t.key_id, source_offset: Some(t.watermark), routing_key: t.routing_key })
         .collect()
+}
+
+/// The record of one batch (`EngineOptions::records`): what the reference's manager passes to
+/// `recordProcessorBatch`, with touch counts in place of its touch array. `delta` is how far the
+/// checkpoint moved, `remaining` the backlog left, `batch_ms` the time the batch took.
+fn batch_record(
+    name: &str,
+    plan: &BatchPlan,
+    result: &ProcessResult,
+    remaining: i64,
+    delta: i64,
+    batch_ms: f64,
+) -> BatchRecord {
+    let s = &result.stats;
+    let mut keys: rustc_hash::FxHashSet<u32> = rustc_hash::FxHashSet::default();
+    keys.reserve(result.touches.len());
+    let mut table = 0.0;
+    for t in &result.touches {
+        keys.insert(t.key_id);
+        if t.kind == TouchKind::Table {
+            table += 1.0;
+        }
+    }
+    let touches = result.touches.len() as f64;
+    let now = wall_ms() as f64;
+    BatchRecord {
+        stream: name.to_string(),
+        batches: 1,
+        rows_read: s.rows_read,
+        changes: s.changes,
+        touches_emitted: touches,
+        table_touches: table,
+        template_touches: touches - table,
+        unique_keys: keys.len() as f64,
+        lag_source_offsets: remaining,
+        touch_mode: plan.mode,
+        hot: plan.hot,
+        // The reference's `commitLagMs`: now minus the newest row's `ts`, when one had it.
+        commit_lag_ms: (s.max_source_ts_ms > 0.0).then(|| (now - s.max_source_ts_ms).max(0.0)),
+        fine_touches_dropped_due_to_budget: s.fine_touches_dropped_due_to_budget.max(0.0),
+        fine_touches_skipped_cold_template: s.fine_touches_skipped_cold_template.max(0.0),
+        // B4 and B3: no fine key is filtered by heat, no restricted template touch deduplicated.
+        fine_touches_skipped_cold_key: 0.0,
+        fine_touches_skipped_template_bucket: 0.0,
+        suppressed_due_to_lag_batches: u64::from(plan.suppressed_for_lag),
+        suppressed_due_to_lag_ms: if plan.suppressed_for_lag { batch_ms } else { 0.0 },
+        suppressed_due_to_budget_batches: u64::from(s.fine_touches_suppressed_due_to_budget || plan.token_limited),
+        scanned_but_emitted0_batches: u64::from(s.rows_read > 0.0 && result.touches.is_empty()),
+        processed_through_delta: delta.max(0) as f64,
+    }
 }

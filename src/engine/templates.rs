@@ -105,6 +105,14 @@ pub enum LifecycleEvent {
 }
 
 impl LifecycleEvent {
+    pub fn stream(&self) -> &str {
+        match self {
+            LifecycleEvent::Activated { stream, .. }
+            | LifecycleEvent::Retired { stream, .. }
+            | LifecycleEvent::Evicted { stream, .. } => stream,
+        }
+    }
+
     pub fn kind(&self) -> &'static str {
         match self {
             LifecycleEvent::Activated { .. } => "live.template_activated",

@@ -446,3 +446,83 @@ fn with_no_one_listening_batches_touch_templates_not_tuples_and_an_older_cursor_
     assert!(r.touched && r.effective_wait_kind == super::wait::WaitKind::FineKey);
     blocking(|r| engine.close(r)).unwrap();
 }
+
+#[test]
+fn with_records_on_the_engine_keeps_what_each_batch_did_and_every_lifecycle_event_gc_and_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("e.sqlite").to_str().unwrap(), StoreOptions::default()).unwrap();
+    blocking(|r| store.create_stream("s".into(), Some("application/json".into()), None, r)).unwrap();
+    let opts = EngineOptions {
+        auto_process: false,
+        max_batch_rows: 2,
+        wal_gc_interval_ms: 0,
+        records: true,
+        ..Default::default()
+    };
+    let engine = TouchEngine::open(store.clone(), opts).unwrap();
+    let profile = r#"{"kind":"state-protocol","touch":{"enabled":true,"templates":{"gcIntervalMs":1}}}"#;
+    engine.set_profile("s", &parse(profile).unwrap()).unwrap();
+    let decl = |field: &str| templates::TemplateDecl {
+        entity: "public.posts".into(),
+        fields: vec![templates::FieldDecl { name: field.into(), encoding: "int64".into() }],
+    };
+    // Two activations, one refreshed: three `live.template_activated` events, as the reference
+    // counts them; one with a TTL short enough to retire at the next upkeep.
+    engine.activate_templates("s", &[decl("authorId"), decl("id")], None).unwrap();
+    engine.activate_templates("s", &[decl("authorId")], Some(1.0)).unwrap();
+    append(&store, &[ROW, ROW, ROW, ROW, ROW]);
+    // The rows are uploaded, so the upkeep deletes them once processed (M17).
+    blocking(|r| store.write(|c| Ok(c.execute("UPDATE streams SET uploaded_through=100", [])?), r)).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    blocking(|r| engine.tick(r)).unwrap();
+    let r = engine.take_records();
+    // Five rows in batches of at most two.
+    assert_eq!(r.batches.len(), 3, "{:?}", r.batches);
+    assert_eq!(r.batches.iter().map(|b| b.rows_read).sum::<f64>(), 5.0);
+    assert_eq!(r.batches.iter().map(|b| b.changes).sum::<f64>(), 5.0);
+    assert_eq!(r.batches.iter().map(|b| b.processed_through_delta).sum::<f64>(), 5.0);
+    assert_eq!(r.batches.iter().map(|b| b.lag_source_offsets).collect::<Vec<_>>(), [3, 1, 0]);
+    for b in &r.batches {
+        assert_eq!((b.stream.as_str(), b.batches, b.touch_mode), ("s", 1, TouchMode::Idle));
+        // No fine demand: the table key and the two template keys, each once.
+        assert_eq!((b.touches_emitted, b.table_touches, b.template_touches, b.unique_keys), (3.0, 1.0, 2.0, 3.0));
+        assert!(b.commit_lag_ms.is_some_and(|l| (0.0..60_000.0).contains(&l)), "{b:?}");
+        assert_eq!(b.scanned_but_emitted0_batches, 0);
+    }
+    let kinds: Vec<_> = r.lifecycle.iter().map(|e| e.kind()).collect();
+    assert_eq!(
+        kinds,
+        ["live.template_activated", "live.template_activated", "live.template_activated", "live.template_retired"]
+    );
+    assert!(matches!(&r.lifecycle[3], templates::LifecycleEvent::Retired { reason: "inactivity", .. }));
+    assert_eq!(r.wal_gc.len(), 1);
+    assert_eq!((r.wal_gc[0].calls, r.wal_gc[0].deleted_rows), (1, 5.0));
+    assert!(r.wal_gc[0].deleted_bytes > 0.0);
+    assert!(r.failures.is_empty() && r.lifecycle_overflow.is_empty());
+    assert!(engine.take_records().is_empty(), "drained");
+    // The engine's own lifecycle totals agree.
+    let l = engine.stats().lifecycle;
+    assert_eq!((l.activated, l.retired, l.evicted), (3, 1, 0));
+    // A failed batch: the rows' stream row is gone from under the checkpoint's reader.
+    blocking(|r| store.write(|c| Ok(c.execute_batch("ALTER TABLE wal RENAME TO wal_gone")?), r)).unwrap();
+    append_raw_ignore(&store);
+    let report = blocking(|r| engine.tick(r)).unwrap();
+    assert_eq!(report.failed.len(), 1);
+    assert_eq!(engine.take_records().failures, [("s".to_string(), 1)]);
+    blocking(|r| engine.close(r)).unwrap();
+    assert!(engine.take_records().is_empty());
+}
+
+/// Moves the stream's next offset on without a WAL row (the WAL table is gone).
+fn append_raw_ignore(store: &Store) {
+    blocking(|r| store.write(|c| Ok(c.execute("UPDATE streams SET next_offset=next_offset+1", [])?), r)).unwrap();
+}
+
+#[test]
+fn without_records_the_engine_keeps_none() {
+    let (_d, store, engine) = setup_without_loop();
+    append(&store, &[ROW]);
+    blocking(|r| engine.tick(r)).unwrap();
+    assert!(engine.take_records().is_empty());
+    blocking(|r| engine.close(r)).unwrap();
+}
