@@ -589,6 +589,18 @@ impl Inner {
             cfg.lag_recover_fine_touches_at_source_offsets,
         );
         let max_rows_cfg = self.opts.max_batch_rows.max(1);
+        // A batch coarsened to template keys plus the catch-all, in `mode` when waiters exist.
+        let coarsened = |mode: TouchMode, suppressed_for_lag: bool, token_limited: bool| BatchPlan {
+            granularity: Granularity::Template,
+            budget: None,
+            grant: 0,
+            mode: if has_waiters { mode } else { TouchMode::Idle },
+            recent_interest,
+            max_rows: max_rows_cfg,
+            hot: hot_counts,
+            suppressed_for_lag,
+            token_limited,
+        };
         if !hot.has_fine_demand() {
             // No fine waiter, and no key or template in its grace: no fine key can be heard
             // now. The batch emits what every later wait from an older cursor hears instead,
@@ -597,47 +609,17 @@ impl Inner {
             // a cost per template rather than per row and template. The first fine wait
             // makes its keys hot, and the batches after it are fine again (M4, with B4's
             // guarantee kept by the coarse keys).
-            return BatchPlan {
-                granularity: Granularity::Template,
-                budget: None,
-                grant: 0,
-                mode: if has_waiters { TouchMode::CoarseOnly } else { TouchMode::Idle },
-                recent_interest,
-                max_rows: max_rows_cfg,
-                hot: hot_counts,
-                suppressed_for_lag: false,
-                token_limited: false,
-            };
+            return coarsened(TouchMode::CoarseOnly, false, false);
         }
         if suppressed {
-            return BatchPlan {
-                granularity: Granularity::Template,
-                budget: None,
-                grant: 0,
-                mode: if has_waiters { TouchMode::Restricted } else { TouchMode::Idle },
-                recent_interest,
-                max_rows: max_rows_cfg,
-                hot: hot_counts,
-                suppressed_for_lag: true,
-                token_limited: false,
-            };
+            return coarsened(TouchMode::Restricted, true, false);
         }
         let wanted = cfg.fine_touch_budget_per_batch.floor().max(0.0) as u64;
         let tokens = rt.tokens.get_or_insert_with(|| FineTokens::new(cfg.fine_burst_tokens, now));
         let grant = tokens.reserve(wanted, cfg.fine_tokens_per_second, cfg.fine_burst_tokens, now);
         if wanted > 0 && grant.granted == 0 {
             // Out of tokens: coarsen to template keys plus the catch-all (never drop).
-            return BatchPlan {
-                granularity: Granularity::Template,
-                budget: None,
-                grant: 0,
-                mode: if has_waiters { TouchMode::CoarseOnly } else { TouchMode::Idle },
-                recent_interest,
-                max_rows: max_rows_cfg,
-                hot: hot_counts,
-                suppressed_for_lag: false,
-                token_limited: true,
-            };
+            return coarsened(TouchMode::CoarseOnly, false, true);
         }
         let budget = if wanted == 0 { None } else { Some(grant.granted as f64) };
         // Size the batch so its fine touches should fit the budget.
