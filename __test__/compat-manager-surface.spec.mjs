@@ -65,8 +65,11 @@ test("every public member answers on a swapped server as on the unswapped one", 
   assert.deepEqual(a.entities, ["public.todos"]);
   assert.deepEqual(a.waitTotals, [1, 1]);
   assert.equal(a.memory.dirtyStreams, 0, "a tick leaves no stream dirty");
-  // The one deliberate difference (docs/deviations.md): waits left parked by the reference's
-  // stop() (B29).
-  assert.deepEqual(ka, { pendingAfterStop: "pending" });
-  assert.deepEqual(kb, { pendingAfterStop: null });
+  assert.deepEqual(a.plainJournal, [true, true], "a journal for a stream without touch too");
+  assert.equal(a.hugeCoarse[3], 1, "a coarse waiter counted, its keys not read");
+  assert.deepEqual(a.topNaN, []);
+  // Deliberate differences (docs/deviations.md): waits left parked by the reference's stop()
+  // (B29), and interest it still counts after stop, when nothing processes.
+  assert.deepEqual(ka, { pendingAfterStop: "pending", afterStopHotKeys: 1 });
+  assert.deepEqual(kb, { pendingAfterStop: null, afterStopHotKeys: 0 });
 }, { timeout: 90_000, skip: !referenceAvailable() });

@@ -2,6 +2,7 @@
 // processing pass on demand (`tick`), the stream's journal inside the engine, hot interest
 // held by the caller, template heartbeats, the runtime snapshot and wait totals.
 import assert from "node:assert/strict";
+import { readdirSync } from "node:fs";
 import { test, dt, sleep } from "./harness.mjs";
 
 const { Store, TouchEngine, EngineJournal, keys } = dt;
@@ -122,5 +123,48 @@ test("heartbeats and wait totals", async () => {
     const r = engine.runtime("s");
     assert.deepEqual([r.waitStaleTotal, r.waitTimeoutTotal, r.waitTouchedTotal], [1, 1, 1]);
     assert.throws(() => engine.recordWait("s", "maybe"), { code: "ERR_INVALID_ARGUMENT" });
+  });
+});
+
+/** Threads of this process (Linux), to see that waiting calls do not each hold one. */
+const threads = () => readdirSync("/proc/self/task").length;
+
+test("tick() ends at the rows committed before it, whatever a faster writer appends meanwhile", async () => {
+  const ctx = await open();
+  await within(ctx, async ({ store, engine }) => {
+    const many = (n, from) => Array.from({ length: n }, (_, i) => row(from + i));
+    const { lastOffset } = await store.append("s", many(400, 0));
+    let stop = false;
+    let next = 400;
+    const writer = (async () => {
+      // Appends 200 rows at a time until the tick returns (each pass batch takes 2 rows).
+      while (!stop) await store.append("s", many(200, (next += 200)));
+    })();
+    const t = engine.tick();
+    const r = await Promise.race([t, sleep(60_000).then(() => null)]);
+    stop = true;
+    await writer;
+    assert.ok(r !== null, "the tick returned while the writer kept appending");
+    const meta = await engine.meta("s");
+    assert.ok(meta.scanRowsTotal >= Number(lastOffset) + 1, "every row before the call was processed");
+  });
+});
+
+test("concurrent tick() calls share passes, and meta(settle) calls share one poller", async () => {
+  const ctx = await open();
+  await within(ctx, async ({ store, engine }) => {
+    await store.append("s", [row(1), row(2), row(3)]);
+    const before = threads();
+    const settles = Array.from({ length: 100 }, () => engine.meta("s", { settle: "flush", timeoutMs: 400 }));
+    await sleep(100);
+    assert.ok(threads() - before < 10, `${threads() - before} more threads for 100 pending settles`);
+    const answered = await Promise.all(settles);
+    assert.ok(answered.every((m) => m.settled === false), "unprocessed rows: none settles");
+    const base = threads();
+    const pending = Array.from({ length: 200 }, () => engine.tick());
+    assert.ok(threads() - base < 10, `${threads() - base} more threads for 200 pending ticks`);
+    const ticks = await Promise.all(pending);
+    assert.ok(ticks.every((t) => t.streams === 1 && t.failed.length === 0));
+    assert.equal((await engine.meta("s", { settle: "flush", timeoutMs: 2000 })).settled, true);
   });
 });

@@ -34,7 +34,7 @@
 // server calls `notify(stream)` after each committed append and the engine's loop runs at
 // once; the configured tick is its safety net.
 import { Store, TouchEngine } from "../index.js";
-import { bridgeWaitForAny } from "./journal.mjs";
+import { bridgeWaitForAny, TouchJournal } from "./journal.mjs";
 import { hostConnectionOf } from "./sqlite-adapter.mjs";
 import { feedLiveMetrics } from "./live-metrics.mjs";
 
@@ -60,6 +60,8 @@ const TEMPLATE_ID = /^[0-9a-f]{16}$/;
 
 /** Engine errors for a stream the engine has no touch config for (or does not know). */
 const noTouch = (e) => e?.code === "ERR_TOUCH_NOT_ENABLED" || e?.code === "ERR_STREAM_NOT_FOUND";
+/** … or once the manager stopped (the reference's members keep answering then). */
+const noEngine = (e) => noTouch(e) || e?.code === "ERR_CLOSED";
 
 /** The reference's snapshot of a stream it holds no runtime state for. */
 const EMPTY_RUNTIME = Object.freeze({
@@ -124,6 +126,8 @@ export function createTouchProcessorManager(host = {}) {
       this.profiles = profiles;
       this.known = new Set();
       this.journals = new Map();
+      this.detached = new Map();
+      this.detachedCreated = 0;
       this.stopped = false;
       const workers = Math.floor(Number(cfg.touchWorkers ?? 1));
       const interval = Math.floor(Number(cfg.touchCheckIntervalMs ?? 250));
@@ -185,6 +189,8 @@ export function createTouchProcessorManager(host = {}) {
       this.recordsTimer = null;
       this.drainRecords();
       this.liveMetrics?.stop();
+      for (const j of this.detached.values()) j.stop();
+      this.detached.clear();
       await this.engine.close();
       await this.store.close();
     }
@@ -276,11 +282,13 @@ export function createTouchProcessorManager(host = {}) {
 
     getMemoryStats() {
       const m = this.engine.memoryStats(0).memory;
+      let detachedBytes = 0;
+      for (const j of this.detached.values()) detachedBytes += j.getFilterBytes();
       return {
         dirtyStreams: m.dirtyStreams,
-        journals: m.journals,
-        journalsCreatedTotal: m.journalsCreatedTotal,
-        journalFilterBytesTotal: m.journalFilterBytesTotal,
+        journals: m.journals + this.detached.size,
+        journalsCreatedTotal: m.journalsCreatedTotal + this.detachedCreated,
+        journalFilterBytesTotal: m.journalFilterBytesTotal + detachedBytes,
         fineLagCoarseOnlyStreams: m.fineLagCoarseOnlyStreams,
         touchModeStreams: m.touchModeStreams,
         fineTokenBucketStreams: m.fineTokenBucketStreams,
@@ -297,13 +305,22 @@ export function createTouchProcessorManager(host = {}) {
     }
 
     getTopStreams(limit = 5) {
+      // As the reference's `slice(0, max(0, floor(limit)))`: NaN gives none, Infinity all
+      // (the engine lists at most 1,000).
       const n = Math.max(0, Math.floor(Number(limit)));
-      return this.engine.memoryStats(Number.isFinite(n) ? n : 5).topStreams.map((t) => ({
+      const max = Number.isNaN(n) ? 0 : Math.min(n, 1000);
+      const rows = this.engine.memoryStats(max).topStreams.map((t) => ({
         stream: t.stream,
         journal_filter_bytes: t.journalFilterBytes,
         dirty: t.dirty,
         touch_mode: t.touchMode ?? null,
       }));
+      for (const [stream, j] of this.detached) {
+        rows.push({ stream, journal_filter_bytes: j.getFilterBytes(), dirty: false, touch_mode: null });
+      }
+      return rows
+        .sort((a, b) => b.journal_filter_bytes - a.journal_filter_bytes || a.stream.localeCompare(b.stream))
+        .slice(0, max);
     }
 
     /**
@@ -325,7 +342,7 @@ export function createTouchProcessorManager(host = {}) {
           for (let i = 0; i < ids.length; i += 1024) this.engine.heartbeatTemplates(stream, ids.slice(i, i + 1024));
         });
       } catch (e) {
-        if (!noTouch(e)) throw e;
+        if (!noEngine(e)) throw e;
       }
     }
 
@@ -335,10 +352,17 @@ export function createTouchProcessorManager(host = {}) {
      */
     beginHotWaitInterest({ stream, keyIds, templateIdsUsed, interestMode }) {
       const fine = interestMode === "fine";
-      const keys = Array.from(keyIds ?? [], (raw) => Number(raw) >>> 0);
+      // A coarse wait's keys are not tracked, and a broad one (over 64 keys) is only counted:
+      // its first 65 keys are enough to say it is broad.
+      const count = fine ? Number(keyIds?.length ?? 0) : 0;
+      const keys =
+        count > HOT_INTEREST_MAX_KEYS
+          ? Array.from({ length: HOT_INTEREST_MAX_KEYS + 1 }, (_, i) => Number(keyIds[i]) >>> 0)
+          : fine
+            ? Array.from(keyIds ?? [], (raw) => Number(raw) >>> 0)
+            : [];
       const interest = {
-        // A broad wait is only counted, so its first keys are enough to say it is broad.
-        keyIds: fine ? keys.slice(0, HOT_INTEREST_MAX_KEYS + 1) : [],
+        keyIds: keys,
         templateIdsUsed: fine ? templateIds(templateIdsUsed) : [],
         interestMode: fine ? "fine" : "coarse",
       };
@@ -346,7 +370,7 @@ export function createTouchProcessorManager(host = {}) {
       try {
         id = this.withProfile(stream, () => this.engine.beginHotInterest(stream, interest));
       } catch (e) {
-        if (!noTouch(e)) throw e;
+        if (!noEngine(e)) throw e;
         return () => {};
       }
       return () => {
@@ -361,7 +385,7 @@ export function createTouchProcessorManager(host = {}) {
       try {
         return this.withProfile(stream, () => this.engine.runtime(stream));
       } catch (e) {
-        if (!noTouch(e)) throw e;
+        if (!noEngine(e)) throw e;
         return { ...EMPTY_RUNTIME };
       }
     }
@@ -401,8 +425,17 @@ export function createTouchProcessorManager(host = {}) {
      * The stream's journal in the engine (M20), created if need be: the one its batches touch
      * and its waits park in. The same object while the engine keeps that journal.
      */
-    getOrCreateJournal(stream, _touchCfg) {
-      return this.#journal(stream, this.withProfile(stream, () => this.engine.journal(stream)));
+    getOrCreateJournal(stream, touchCfg) {
+      let native;
+      try {
+        native = this.withProfile(stream, () => this.engine.journal(stream));
+      } catch (e) {
+        if (!noEngine(e)) throw e;
+        // The reference hands out a journal for any stream; one the engine does not touch
+        // (no touch config, or stopped) is a journal of its own, as the reference's would be.
+        return this.#detached(stream, touchCfg);
+      }
+      return this.#journal(stream, native);
     }
 
     /** The stream's journal if one was created (by a wait, a meta read, a batch), else null. */
@@ -415,6 +448,23 @@ export function createTouchProcessorManager(host = {}) {
         throw e;
       }
       return native === null ? null : this.#journal(stream, native);
+    }
+
+    /** A journal outside the engine for `stream`, made once (see `getOrCreateJournal`). */
+    #detached(stream, touchCfg) {
+      const known = this.detached.get(stream);
+      if (known !== undefined) return known;
+      const mem = touchCfg?.memory ?? {};
+      const j = new TouchJournal({
+        bucketMs: mem.bucketMs ?? 100,
+        filterPow2: mem.filterPow2 ?? 22,
+        k: mem.k ?? 4,
+        pendingMaxKeys: mem.pendingMaxKeys ?? 100_000,
+        keyIndexMaxKeys: mem.keyIndexMaxKeys ?? 32,
+      });
+      this.detached.set(stream, j);
+      this.detachedCreated += 1;
+      return j;
     }
 
     /** One wrapper per engine journal: the reference journal's `waitForAny` contract on it. */

@@ -133,12 +133,25 @@ try {
   out.snapshotTypes = Object.fromEntries(Object.entries(after).map(([key, v]) => [key, typeof v]));
   out.snapshotUnknown = call("getTouchRuntimeSnapshot")({ stream: "no-such-stream", touchCfg });
 
+  // A stream without touch: the reference hands out a journal for it all the same.
+  ok(await srv.call(`/v1/stream/plain`, "PUT"), "create plain");
+  const pj = call("getOrCreateJournal")("plain", touchCfg);
+  out.plainJournal = [CURSOR.test(pj.getCursor()), call("getOrCreateJournal")("plain", touchCfg) === pj];
+  out.plainHot = typeof call("beginHotWaitInterest")({ stream: "plain", touchCfg, keyIds: [1], templateIdsUsed: [], interestMode: "fine" });
+  // A coarse wait's keys are never read; a broad fine one is only counted.
+  const huge = Object.assign([], { length: 2 ** 31 });
+  const hugeCoarse = call("beginHotWaitInterest")({ stream: S, touchCfg, keyIds: huge, templateIdsUsed: [], interestMode: "coarse" });
+  out.hugeCoarse = hot();
+  hugeCoarse();
+
   // Memory stats and top streams.
   const mem = call("getMemoryStats")();
   out.memory = { keys: Object.keys(mem).sort(), journals: mem.journals, dirtyStreams: mem.dirtyStreams };
   const top = call("getTopStreams")(5);
-  out.top = top.map((t: any) => [t.stream, t.dirty, typeof t.journal_filter_bytes]);
+  // Sorted by name: the order is by filter bytes, and an idle journal of ours holds none (B14).
+  out.top = top.map((t: any) => [t.stream, t.dirty, typeof t.journal_filter_bytes]).sort();
   out.topNone = call("getTopStreams")(0);
+  out.topNaN = call("getTopStreams")(NaN);
 
   // Stop: a tick after it does nothing. A wait parked on the journal is left pending by the
   // reference (B29) and answered null by ours (deviations.md): the spec checks each.
@@ -146,6 +159,16 @@ try {
   out.stop = await call("stop")();
   kinds.pendingAfterStop = await Promise.race([pending, sleep(300).then(() => "pending")]);
   out.tickAfterStop = await call("tick")();
+  // After stop the reference's members keep answering.
+  const released = call("beginHotWaitInterest")({ stream: S, touchCfg, keyIds: [1], templateIdsUsed: [], interestMode: "fine" });
+  out.afterStop = {
+    release: typeof released,
+    snapshot: typeof call("getTouchRuntimeSnapshot")({ stream: S, touchCfg }).touchMode,
+    heartbeat: call("heartbeatTemplates")({ stream: S, touchCfg, templateIdsUsed: [tpl] }),
+  };
+  // The reference still counts interest after stop (nothing processes it); ours holds none.
+  kinds.afterStopHotKeys = call("getTouchRuntimeSnapshot")({ stream: S, touchCfg }).hotFineKeys;
+  released();
 } finally {
   await srv.close().catch(() => {});
 }

@@ -155,6 +155,16 @@ pub(crate) struct Inner {
     opened_at_ms: i64,
     last_report_ms: Mutex<i64>,
     leases: Mutex<interest::Leases>,
+    /// `tick()` calls waiting for a pass, and whether a pass's thread runs (one at a time).
+    ticks: Mutex<TickQueue>,
+    /// Without the loop: whether the thread answering `meta(settle)` runs.
+    settle_poller: AtomicBool,
+}
+
+#[derive(Default)]
+struct TickQueue {
+    pending: Vec<Reply<process::TickReport>>,
+    running: bool,
 }
 
 /// The engine. Cheap to clone.
@@ -231,6 +241,8 @@ impl TouchEngine {
             opened_at_ms: now,
             last_report_ms: Mutex::new(0),
             leases: Mutex::new(interest::Leases::default()),
+            ticks: Mutex::new(TickQueue::default()),
+            settle_poller: AtomicBool::new(false),
         });
         let weak: Weak<Inner> = Arc::downgrade(&inner);
         store.add_append_hook(Arc::new(move |stream, _out, bytes| {
@@ -359,14 +371,47 @@ impl TouchEngine {
     }
 
     /// One processing pass now, whether or not the loop runs (the reference manager's
-    /// `tick()`): see [`Inner::tick_now`]. `reply` is called on a thread of its own once every
-    /// row committed before the call is processed and its touches are in the journals.
+    /// `tick()`): see [`Inner::tick_now`]. `reply` is called on the pass's thread once every
+    /// row committed before the call is processed and its touches are in the journals. One
+    /// pass runs at a time: calls made while one runs are answered together by the next.
     pub fn tick(&self, reply: Reply<process::TickReport>) {
         if let Err(e) = self.check_open() {
             return reply(Err(e));
         }
+        let start = {
+            let mut q = self.inner.ticks.lock();
+            q.pending.push(reply);
+            !std::mem::replace(&mut q.running, true)
+        };
+        if !start {
+            return; // the running pass's thread takes it up after that pass
+        }
         let inner = self.inner.clone();
-        std::thread::spawn(move || reply(crate::error::catch_panic(|| inner.tick_now())));
+        let spawned = std::thread::Builder::new().name("dt-touch-tick".into()).spawn(move || loop {
+            // Every tick asked for before this pass starts is answered by it.
+            let replies = {
+                let mut q = inner.ticks.lock();
+                if q.pending.is_empty() {
+                    q.running = false;
+                    return;
+                }
+                std::mem::take(&mut q.pending)
+            };
+            let r = crate::error::catch_panic(|| inner.tick_now());
+            for reply in replies {
+                reply(r.clone());
+            }
+        });
+        if let Err(e) = spawned {
+            let replies = {
+                let mut q = self.inner.ticks.lock();
+                q.running = false;
+                std::mem::take(&mut q.pending)
+            };
+            for reply in replies {
+                reply(Err(Error::Internal(format!("cannot start a tick thread: {e}"))));
+            }
+        }
     }
 
     /// Drains the records kept since the last call (nothing unless opened with

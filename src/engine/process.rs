@@ -8,6 +8,7 @@
 //! are not deduplicated against wall-clock buckets (B3), the coalesce window follows the lag
 //! left after the batch (B10) and the checkpoint only moves forward (B24).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,7 +46,7 @@ enum Batch {
 }
 
 /// What a processing pass on demand did ([`Inner::tick_now`]).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct TickReport {
     /// Touch-enabled streams looked at.
     pub streams: usize,
@@ -287,11 +288,35 @@ impl Inner {
             st.streams.iter().filter(|(_, rt)| rt.touch().is_some()).map(|(n, _)| n.clone()).collect()
         };
         streams.sort();
+        // What "committed before the call" means: each stream's last offset now. Rows appended
+        // while the pass runs are left to the loop (or the next tick), so a writer faster than
+        // processing cannot keep the pass from ending.
+        let targets: Vec<Option<i64>> = {
+            let names = streams.clone();
+            blocking(|r| {
+                self.store.query(
+                    move |c| {
+                        names
+                            .iter()
+                            .map(|n| Ok(crate::store::query_stream(c, n)?.map(|row| row.next_offset - 1)))
+                            .collect()
+                    },
+                    r,
+                )
+            })?
+        };
         let mut report = TickReport { streams: streams.len(), ..TickReport::default() };
-        for name in &streams {
+        for (name, target) in streams.iter().zip(targets) {
+            // At least one batch of ours runs (it adopts a stream created again under the
+            // name, whose offsets restart below the checkpoint in memory).
+            let mut ran = false;
             loop {
                 if self.closed.load(std::sync::atomic::Ordering::Acquire) {
                     return Err(Error::Closed("TouchEngine"));
+                }
+                let through = self.state.lock().streams.get(name).and_then(|rt| rt.processed_through);
+                if ran && matches!((target, through), (Some(t), Some(p)) if p >= t) {
+                    break;
                 }
                 match crate::error::catch_panic(|| self.try_batch(name)) {
                     Ok(Batch::Busy) => std::thread::sleep(TICK_BUSY_POLL),
@@ -300,6 +325,7 @@ impl Inner {
                             rt.backoff.record_success();
                         }
                         report.batches += 1;
+                        ran = true;
                         if done == Batch::CaughtUp {
                             break;
                         }
@@ -827,6 +853,32 @@ impl Inner {
         }
     }
 
+    /// Without the loop, one thread (started here if none runs) re-checks the `meta(settle)`
+    /// requests every [`SETTLE_POLL`] until none is left; `close()` answers the rest.
+    pub(crate) fn poll_settles_without_loop(self: &Arc<Self>) {
+        if self.settle_poller.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let inner = self.clone();
+        let spawned = std::thread::Builder::new().name("dt-touch-settle".into()).spawn(move || loop {
+            inner.check_settles();
+            if inner.state.lock().settles.is_empty() {
+                inner.settle_poller.store(false, Ordering::Release);
+                // A request added since the check found no poller running: take it up.
+                if inner.state.lock().settles.is_empty() || inner.settle_poller.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+            }
+            std::thread::sleep(SETTLE_POLL);
+        });
+        if let Err(e) = spawned {
+            self.settle_poller.store(false, Ordering::Release);
+            for s in std::mem::take(&mut self.state.lock().settles) {
+                (s.reply)(Err(Error::Internal(format!("cannot start the settle poller: {e}"))));
+            }
+        }
+    }
+
     /// Answers `meta(settle)` requests whose stream settled or whose time ran out.
     fn check_settles(self: &Arc<Self>) {
         let pending = std::mem::take(&mut self.state.lock().settles);
@@ -834,13 +886,22 @@ impl Inner {
             return;
         }
         let mut keep = Vec::new();
+        // One view per stream per round, however many requests wait on it.
+        let mut views: std::collections::HashMap<String, Result<super::TouchMetaView>> = Default::default();
         for s in pending {
-            let cfg = self.state.lock().streams.get(&s.stream).and_then(|rt| rt.touch().cloned());
-            let Some(cfg) = cfg else {
-                (s.reply)(Err(Error::TouchNotEnabled("touch not enabled".into())));
-                continue;
+            let view = match views.get(&s.stream) {
+                Some(v) => v.clone(),
+                None => {
+                    let cfg = self.state.lock().streams.get(&s.stream).and_then(|rt| rt.touch().cloned());
+                    let v = match cfg {
+                        Some(cfg) => self.meta_view(&s.stream, &cfg),
+                        None => Err(Error::TouchNotEnabled("touch not enabled".into())),
+                    };
+                    views.insert(s.stream.clone(), v.clone());
+                    v
+                }
             };
-            match self.meta_view(&s.stream, &cfg) {
+            match view {
                 Ok(v) if !v.settled && wall_ms() < s.deadline_ms => keep.push(s),
                 other => (s.reply)(other),
             }

@@ -102,21 +102,18 @@ impl TouchEngine {
         let name = stream.to_string();
         let deadline_ms = wall_ms() + timeout_ms.clamp(0.0, wait::MAX_TIMEOUT_MS) as i64;
         std::thread::spawn(move || {
-            let mut view = engine.inner.meta_view(&name, &cfg);
-            if !engine.inner.opts.auto_process {
-                // No loop checks settles: poll here, as the reference route does.
-                while !engine.is_closed() && matches!(&view, Ok(v) if settle && !v.settled && wall_ms() < deadline_ms) {
-                    std::thread::sleep(super::process::SETTLE_POLL);
-                    view = engine.inner.meta_view(&name, &cfg);
-                }
-                return reply(view);
-            }
+            let view = engine.inner.meta_view(&name, &cfg);
             match view {
                 Ok(v) if settle && !v.settled && wall_ms() < deadline_ms => {
                     let mut st = engine.inner.state.lock();
                     st.settles.push(Settle { stream: name, deadline_ms, reply });
                     drop(st);
-                    engine.inner.poke();
+                    if engine.inner.opts.auto_process {
+                        engine.inner.poke();
+                    } else {
+                        // No loop checks settles: one poller does, as the reference route does.
+                        engine.inner.poll_settles_without_loop();
+                    }
                 }
                 other => reply(other),
             }
