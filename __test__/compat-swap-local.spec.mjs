@@ -6,7 +6,10 @@
 // swapped package, imported by its name as `prisma dev` does and started with
 // `startLocalDurableStreamsServer`, answers the touch flows over HTTP as the unswapped one does
 // under Bun, and also under this test's Node, where the unswapped one cannot start (Node 20 has
-// no node:sqlite) and the swapped one runs every connection on durable-touch's SQLite.
+// no node:sqlite) and the swapped one runs every connection on durable-touch's SQLite, and
+// under Node 22 (a real binary from the npm registry's `node` package, installed once into
+// node_modules/.cache: support/node-binary.mjs), where both run, the unswapped one on
+// node:sqlite.
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
 import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -18,6 +21,7 @@ import { swap, swapKind, BUNDLE_NOTE } from "../lib/swap.mjs";
 import { swapChunk, SUPPORTED } from "../lib/swap-local.mjs";
 import { tokenize, topLevelStatements } from "../lib/js-regions.mjs";
 import { LOCAL_PACKAGE_DIR, npmProject as makeNpmProject, pnpmProject } from "./support/local-copies.mjs";
+import { nodeBinary } from "./support/node-binary.mjs";
 
 const CHUNK = SUPPORTED[0].chunk;
 const available = existsSync(join(LOCAL_PACKAGE_DIR, CHUNK)) && existsSync(BUN);
@@ -25,6 +29,9 @@ const available = existsSync(join(LOCAL_PACKAGE_DIR, CHUNK)) && existsSync(BUN);
 const NODE = isBun ? spawnSync("node", ["-p", "process.execPath"], { encoding: "utf8" }).stdout?.trim() || null : process.execPath;
 const NODE_VERSION = NODE ? spawnSync(NODE, ["-p", "process.versions.node"], { encoding: "utf8" }).stdout.trim() : null;
 const nodeMajor = NODE_VERSION ? Number(NODE_VERSION.split(".")[0]) : 0;
+/** Node 22: this test's Node if it is one, else the npm registry's, from the cache (installed once). */
+const NODE22 = !available ? { bin: null, reason: "no @prisma/streams-local or Bun" } : nodeMajor === 22 ? { bin: NODE, version: NODE_VERSION } : nodeBinary(22);
+if (!NODE22.bin) console.error(`compat-swap-local: no Node 22 (${NODE22.reason}); its test is skipped`);
 const LOG_SWAPPED = `${CHUNK}: swapped to durable-touch/compat (@prisma/streams-local 0.1.11; original saved as ${CHUNK}.orig)`;
 const LOG_ALREADY = `${CHUNK}: already swapped (original in ${CHUNK}.orig)`;
 /** One temp folder for the file's projects and data dirs (removed at exit). */
@@ -172,12 +179,12 @@ test("the swap reads the chunk's declarations and names as TypeScript parses the
 
 // Over HTTP, as `prisma dev` uses it.
 
-/** Runs support/local-driver.mjs from `project` under `runtime` ("bun" or "node": NODE). */
+/** Runs support/local-driver.mjs from `project` under `runtime` ("bun", or a Node.js binary). */
 function drive(project, runtime) {
   copyFileSync(join(ROOT, "__test__", "support", "local-driver.mjs"), join(project, "driver.mjs"));
   const data = fresh("data-");
   return new Promise((resolve, reject) => {
-    const child = spawn(runtime === "bun" ? BUN : NODE, [join(project, "driver.mjs")], {
+    const child = spawn(runtime === "bun" ? BUN : runtime, [join(project, "driver.mjs")], {
       cwd: project,
       env: { ...process.env, DS_LOCAL_DATA_ROOT: data },
       stdio: ["ignore", "pipe", "pipe"],
@@ -244,32 +251,61 @@ function checkRun(run, label) {
   assert.equal(step("read the stream back").body.length, 4, label);
 }
 
+/** The unswapped package's run under Bun, the answers every other run is compared with (one per file). */
+let plainBunRun = null;
+const plainBunOnce = () =>
+  (plainBunRun ??= (async () => {
+    const plain = npmProject();
+    const run = await drive(plain.project, "bun");
+    rmSync(plain.project, { recursive: true, force: true });
+    checkRun(run, "unswapped, Bun");
+    assert.equal(run.uses.nativeSqliteConnections, 0, "unswapped, Bun: no durable-touch connection");
+    return run;
+  })());
+
 test("the swapped package, started by startLocalDurableStreamsServer, answers the touch flows as the unswapped one does (Bun), and runs on this Node too", async () => {
   const plain = npmProject();
   const swapped = npmProject();
   swap(swapped.project);
-  const plainBun = await drive(plain.project, "bun");
+  const plainBun = await plainBunOnce();
   const swappedBun = await drive(swapped.project, "bun");
-  const swappedNode = await drive(swapped.project, "node");
+  const swappedNode = await drive(swapped.project, NODE);
   assert.equal(swappedNode.runtime, "node");
-  checkRun(plainBun, "unswapped, Bun");
   checkRun(swappedBun, "swapped, Bun");
   checkRun(swappedNode, `swapped, Node ${NODE_VERSION}`);
   assert.deepEqual(visible(swappedBun), visible(plainBun));
   assert.deepEqual(visible(swappedNode), visible(plainBun));
   // The swapped server's connections are durable-touch's (its SQLite adapter); the unswapped one's are not.
-  assert.equal(plainBun.uses.nativeSqliteConnections, 0);
   assert.ok(swappedBun.uses.nativeSqliteConnections > 0);
   assert.ok(swappedNode.uses.nativeSqliteConnections > 0);
   if (nodeMajor < 22) {
     // The unswapped package needs node:sqlite (Node 22); swapped, it needs none.
-    const plainNode = await drive(plain.project, "node");
+    const plainNode = await drive(plain.project, NODE);
     assert.equal(plainNode.ok, false);
     assert.match(plainNode.error, /No such built-in module: node:sqlite/);
   }
   rmSync(plain.project, { recursive: true, force: true });
   rmSync(swapped.project, { recursive: true, force: true });
 }, { timeout: 60_000, skip: !available || !NODE });
+
+test("under Node 22 (the npm registry's binary) the unswapped package runs on node:sqlite and the swapped one on durable-touch's SQLite, both answering as the unswapped one does under Bun", async () => {
+  const plain = npmProject();
+  const swapped = npmProject();
+  swap(swapped.project);
+  const expected = visible(await plainBunOnce());
+  const plainNode22 = await drive(plain.project, NODE22.bin);
+  const swappedNode22 = await drive(swapped.project, NODE22.bin);
+  for (const [run, label] of [[plainNode22, "unswapped"], [swappedNode22, "swapped"]]) {
+    assert.equal(run.runtime, "node", label);
+    assert.equal(run.version, NODE22.version, label);
+    checkRun(run, `${label}, Node ${NODE22.version}`);
+    assert.deepEqual(visible(run), expected, `${label}, Node ${NODE22.version}`);
+  }
+  assert.equal(plainNode22.uses.nativeSqliteConnections, 0, "unswapped: node:sqlite's connections");
+  assert.ok(swappedNode22.uses.nativeSqliteConnections > 0, "swapped: durable-touch's connections");
+  rmSync(plain.project, { recursive: true, force: true });
+  rmSync(swapped.project, { recursive: true, force: true });
+}, { timeout: 60_000, skip: !available || !NODE22.bin });
 
 test("a pnpm-like layout: the symlinked package is swapped where it lives, the store's file is not written, and the swapped server resolves durable-touch", async () => {
   const { project, pkg, real, store } = pnpmProject(fresh("pnpm-"));
@@ -281,7 +317,7 @@ test("a pnpm-like layout: the symlinked package is swapped where it lives, the s
   assert.notEqual(statSync(join(real, CHUNK)).ino, ino);
   assert.ok(existsSync(join(real, `${CHUNK}.orig`)));
   assert.deepEqual(swap(pkg), [LOG_ALREADY]);
-  const run = await drive(project, "node");
+  const run = await drive(project, NODE);
   assert.equal(run.runtime, "node");
   checkRun(run, "swapped, pnpm layout");
   assert.deepEqual(swap(project, { undo: true }), [`${CHUNK}: restored the original`]);

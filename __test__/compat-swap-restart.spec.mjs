@@ -7,56 +7,20 @@ import { spawn } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { test, dt, tempDir, sleep } from "./harness.mjs";
-import { BUN, runReference, referenceAvailable } from "./reference.mjs";
+import { BUN, referenceAvailable } from "./reference.mjs";
 import { serverCopies } from "./support/server-copies.mjs";
+import { lifeAndRestart, checkRestart } from "./support/restart-checks.mjs";
 import { swap } from "../lib/swap.mjs";
 import { openSqliteDatabase } from "../compat/sqlite-adapter.mjs";
 
 const SERVE = join(dirname(fileURLToPath(import.meta.url)), "reference", "swap-serve.ts");
 
-/** Phase "first" on `copy`, then `between(copy)`, then phase "second" on the same data dir. */
-async function lifeAndRestart(copy, between) {
-  const dir = tempDir("dt-swap-data-");
-  const env = { APP_SRC: copy, DATA_DIR: dir };
-  const first = await runReference("swap-restart", { phase: "first" }, { env, retries: 1 });
-  between(copy);
-  const second = await runReference("swap-restart", { phase: "second", ...first }, { env, retries: 1 });
-  return { first, second };
-}
-
-function checkRestart({ first, second }, label) {
-  // The first server: two templates, a woken wait, everything processed before the idle tail.
-  assert.deepEqual(first.activated, { activated: first.templates, denied: [] }, label);
-  assert.deepEqual([first.woken.status, first.woken.touched], [200, true], `${label}: first server's wait`);
-  assert.equal(first.settled.walScannedThrough, first.woken.next, label);
-  assert.equal(first.idle.walScannedThrough, first.woken.next, `${label}: the idle server processed nothing`);
-  assert.notEqual(first.lastOffset, first.woken.next, label);
-  // The second server sees the same templates active...
-  assert.equal(second.atStart.activeTemplates, 2, `${label}: active templates at start`);
-  // ...so with the rate limit's two tokens spent on two new templates, activating the first
-  // two needs no token (a retired template would be rate_limited).
-  assert.equal(second.fresh.activated.length, 2, label);
-  assert.deepEqual(second.again, { activated: first.templates, denied: [] }, `${label}: the first server's templates are active`);
-  assert.equal(second.caughtUp.activeTemplates, 4, label);
-  // It starts from the checkpoint the first server left (or has already processed past it)...
-  assert.ok([first.woken.next, first.lastOffset].includes(second.atStart.walScannedThrough), `${label}: at start ${second.atStart.walScannedThrough}`);
-  // ...and processes exactly the 5 rows after it (not the stream from its start).
-  assert.equal(second.caughtUp.walScannedThrough, first.lastOffset, label);
-  assert.equal(second.caughtUp.scanRowsTotal, 5, `${label}: rows processed after the restart`);
-  assert.deepEqual(second.stale, { stale: true, code: "stale" }, `${label}: the first server's cursor`);
-  assert.deepEqual([second.fine.status, second.fine.touched, second.fine.effectiveWaitKind], [200, true, "fineKey"], `${label}: watch-key wait after restart`);
-  assert.deepEqual([second.coarse.status, second.coarse.touched, second.coarse.effectiveWaitKind], [200, true, "tableKey"], `${label}: table-key wait after restart`);
-  assert.equal(second.tail.walScannedThrough, second.coarse.next, label);
-  const ids = [...Array.from({ length: 56 }, (_, i) => String(i)), "100", "101"];
-  assert.deepEqual(second.rows, ids, `${label}: every row, once, in order`);
-}
-
 test("swap --undo and restart: the unswapped server starts on the swapped one's data dir (templates, checkpoint, waits), and the reverse", async () => {
   const { undone, swapped } = serverCopies("undone", "swapped");
   swap(undone);
   const [a, b] = await Promise.all([
-    lifeAndRestart(undone, (copy) => swap(copy, { undo: true })),
-    lifeAndRestart(swapped, (copy) => swap(copy)),
+    lifeAndRestart({ APP_SRC: undone }, () => swap(undone, { undo: true })),
+    lifeAndRestart({ APP_SRC: swapped }, () => swap(swapped)),
   ]);
   checkRestart(a, "swapped, then undone");
   checkRestart(b, "unswapped, then swapped");

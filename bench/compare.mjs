@@ -83,6 +83,9 @@ export const BENCHES = {
   // bench/swap.mjs runs the reference's own B6 against an unswapped and a swapped copy of the
   // server itself (alternating, with --rounds) and prints the ratios: no reference script here.
   swap: { selfCompared: true, reference: [], metrics: [] },
+  // bench/local.mjs runs @prisma/streams-local (what `prisma dev` embeds) unswapped and swapped,
+  // each in its own process, alternating, and prints the ratios itself.
+  local: { selfCompared: true, reference: [], metrics: [] },
   journal: {
     reference: [{ script: "b4-journal-touch.ts" }, { script: "b5-waiters.ts" }],
     metrics: [

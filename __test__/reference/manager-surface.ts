@@ -6,7 +6,7 @@
 import { append, exit, ok, sleep, startServer, touchStream, K } from "./swap-server.ts";
 
 const root = `${process.env.REF_TMP}/data`;
-const srv = startServer(root, { touchCheckIntervalMs: 0, touchWorkers: 1 });
+const srv = await startServer(root, { touchCheckIntervalMs: 0, touchWorkers: 1 });
 const touch = srv.app.deps.touch;
 const S = "surface";
 const GRACE_MS = 120;

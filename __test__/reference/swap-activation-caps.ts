@@ -13,7 +13,7 @@ import { output } from "./common.ts";
 import { K, exit, ok, sleep, startServer, touchStream } from "./swap-server.ts";
 
 const root = mkdtempSync(join(tmpdir(), "dt-swap-caps-"));
-const srv = startServer(root);
+const srv = await startServer(root);
 
 type Decl = { entity: string; fields: Array<{ name: string; encoding: string }> };
 const t = (entity: string, field: string): Decl => ({ entity, fields: [{ name: field, encoding: "string" }] });

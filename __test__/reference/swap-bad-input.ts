@@ -11,7 +11,7 @@ import { output } from "./common.ts";
 import { K, append, exit, ok, processed, reply, sleep, startServer, touchStream, JSON_HEADERS } from "./swap-server.ts";
 
 const root = mkdtempSync(join(tmpdir(), "dt-swap-bad-"));
-const srv = startServer(root);
+const srv = await startServer(root);
 
 const ENTITY = "public.posts";
 const post = (i: number, authorId: number) => ({ type: ENTITY, key: String(i), value: { id: i, authorId, title: `t${i}` }, headers: { operation: "insert" } });

@@ -8,7 +8,7 @@ import { append, exit, ok, processed, sleep, startServer, touchStream, K } from 
 import { output } from "./common.ts";
 
 const root = `${process.env.REF_TMP}/data`;
-const srv = startServer(root, { touchCheckIntervalMs: 50, touchWorkers: 1 });
+const srv = await startServer(root, { touchCheckIntervalMs: 50, touchWorkers: 1 });
 const METRICS = "live.metrics";
 const ENTITY = "public.posts";
 const TTL_MS = 300;

@@ -1,5 +1,6 @@
 // The invalidations the reference server loses (docs/deviations.md, Engine table), each driven
-// through a copy of the server's HTTP routes (its src/ at $APP_SRC, swapped or not): one
+// through a copy of the server's HTTP routes (its src/ at $APP_SRC, swapped or not; or the local
+// runtime of $LOCAL_PROJECT, swapped or not: swap-server.ts): one
 // stream per scenario with its own touch config, a template on `tenant`, waits parked on the
 // keys the change concerns, then the change. Output: per scenario, what each wait answered.
 //
@@ -21,9 +22,9 @@
 //   without old_value;
 // - B6: a same-tuple update of an array field, watched by its projected-field key;
 // - B7: the stored profile (`stream_profiles.profile_json`) is made unreadable for a while by
-//   the test, through the server's own SQLite library (the copy's `sqlite/adapter.ts`:
-//   bun:sqlite unswapped, durable-touch's swapped; a second library on the file in this
-//   process would break its POSIX locks). Just before, two waits (untemplated, templated) are
+//   the test, through the server's own SQLite library (`Server.openSqlite`: bun:sqlite
+//   unswapped, durable-touch's swapped; a second library on the file in this process would
+//   break its POSIX locks). Just before, two waits (untemplated, templated) are
 //   parked on the tenant of the last of 3,000 rows appended; the reference processes at most
 //   500 rows a batch, so a later batch meets the bad profile and deletes the stream's touch
 //   state (`processOne`). The bad profile is held until the touch state is gone or the waits
@@ -37,18 +38,11 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { output } from "./common.ts";
-
-const APP = process.env.APP_SRC!;
-const { createApp } = await import(`${APP}/app.ts`);
-const { loadConfig } = await import(`${APP}/config.ts`);
-const { MockR2Store } = await import(`${APP}/objectstore/mock_r2.ts`);
-const K = await import(`${APP}/touch/live_keys.ts`);
+import { K, startServer } from "./swap-server.ts";
 
 const root = mkdtempSync(join(tmpdir(), "dt-swap-losses-"));
-const cfg = { ...loadConfig(), rootDir: root, dbPath: `${root}/wal.sqlite`, port: 0 };
-const app = createApp(cfg, new MockR2Store());
-const server = Bun.serve({ hostname: "127.0.0.1", port: 0, idleTimeout: 60, fetch: app.fetch });
-const base = `http://127.0.0.1:${server.port}`;
+const srv = await startServer(root);
+const base = srv.base;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const WAIT_MS = 3500;
 
@@ -179,9 +173,8 @@ async function b3() {
 }
 
 async function b7() {
-  const { openSqliteDatabase } = await import(`${APP}/sqlite/adapter.ts`);
   const cursor = await stream("b7", {});
-  const sql = openSqliteDatabase(cfg.dbPath);
+  const sql = srv.openSqlite();
   sql.exec("PRAGMA busy_timeout=5000;");
   const saved = sql.query("SELECT profile_json FROM stream_profiles WHERE stream=?").get("b7");
   const setProfile = (json: string) => sql.query("UPDATE stream_profiles SET profile_json=?, updated_at_ms=updated_at_ms+1 WHERE stream=?").run(json, "b7");
@@ -215,8 +208,7 @@ async function b7() {
 }
 
 const [B1, B2, B3, B4, B5, B6, B7] = await Promise.all([b1(), b2(), b3(), b4(), b5(), b6(), b7()]);
-server.stop(true);
-await app.close();
+await srv.close();
 rmSync(root, { recursive: true, force: true });
 output({ B1, B2, B3, B4, B5, B6, B7 });
 process.stdout.write("", () => process.exit(0));

@@ -1,5 +1,6 @@
 // A randomized oracle through the HTTP routes of one copy of the reference server (its src/ at
-// $APP_SRC, swapped or not), after tests/engine_oracle.rs, smaller.
+// $APP_SRC, swapped or not; or the local runtime of $LOCAL_PROJECT: swap-server.ts), after
+// tests/engine_oracle.rs, smaller.
 //
 // A writer appends State Protocol records for rows it keeps in memory (inserts, updates,
 // deletes; some without `old_value`; some with null, unencodable or missing template fields),
@@ -20,9 +21,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { input, output } from "./common.ts";
 import { rng } from "../support/random-cases.mjs";
-import { K, append, exit, ok, sleep, startServer, touchStream } from "./swap-server.ts";
+import { K, SRC, append, exit, ok, sleep, startServer, touchStream } from "./swap-server.ts";
 
-const { parseOffset } = await import(`${process.env.APP_SRC}/offset.ts`);
+const { parseOffset } = await import(`${SRC}/offset.ts`);
 const { seed = 1, writeMs = 20_000, chains: CHAINS = 50 } = input<{ seed?: number; writeMs?: number; chains?: number }>();
 
 const R = rng(seed);
@@ -179,7 +180,9 @@ async function writer(until: number) {
 type Spec = { keys: string[]; keyIds: boolean; templates: string[] };
 type Window = { chain: number; after: number; through: number };
 const windows: Window[] = [];
-const replies = { timedOut: 0, touched: 0, fresh: 0, freshTouched: 0, stale: 0, errors: [] as string[] };
+// `resolverTimeouts`: waits the host answered 408 (it answers any request still running after
+// 5 s, as on a starved machine); the chain starts afresh from its cursor, as a client retries.
+const replies = { timedOut: 0, touched: 0, fresh: 0, freshTouched: 0, stale: 0, resolverTimeouts: [] as string[], errors: [] as string[] };
 
 function randomSpec(): Spec {
   const t = R.pick(TEMPLATES);
@@ -195,13 +198,20 @@ async function wait(spec: Spec, cursor: string, timeoutMs: number) {
   if (spec.keyIds) body.keyIds = spec.keys.map((k) => Number.parseInt(k.slice(8), 16) >>> 0);
   else body.keys = spec.keys;
   if (spec.templates.length > 0) body.templateIdsUsed = spec.templates;
+  const t0 = performance.now();
   const r = await srv.call(`/v1/stream/${S}/touch/wait`, "POST", body);
-  if (r.status !== 200) throw new Error(`wait: ${r.status} ${r.text}`);
+  const about = `timeoutMs ${timeoutMs}, answered after ${Math.round(performance.now() - t0)} ms, ${Math.round(t0 - started)} ms into the run`;
+  if (r.status === 408 && r.body?.error?.code === "request_timeout") {
+    replies.resolverTimeouts.push(about);
+    return null;
+  }
+  if (r.status !== 200) throw new Error(`wait (${about}): ${r.status} ${r.text}`);
   if (r.body.stale) throw new Error(`wait: stale ${r.text}`);
   return r.body as { touched: boolean; cursor: string; bucketMaxSourceOffsetSeq: string };
 }
 
 const specs: Spec[] = [];
+let started = 0;
 async function chain(i: number, until: () => boolean, startCursor: string) {
   const spec = randomSpec();
   specs[i] = spec;
@@ -213,6 +223,7 @@ async function chain(i: number, until: () => boolean, startCursor: string) {
       if (covered === null) {
         // A fresh start: a timeoutMs 0 wait tells what its cursor covers.
         const r = await wait(spec, cursor, 0);
+        if (!r) continue;
         replies.fresh++;
         cursor = r.cursor;
         if (r.touched) replies.freshTouched++;
@@ -220,6 +231,10 @@ async function chain(i: number, until: () => boolean, startCursor: string) {
         continue;
       }
       const r = await wait(spec, cursor, rand.range(150, 1200));
+      if (!r) {
+        covered = null; // what this wait's window held is unknown: start afresh
+        continue;
+      }
       cursor = r.cursor;
       if (r.touched) {
         replies.touched++;
@@ -240,7 +255,7 @@ async function chain(i: number, until: () => boolean, startCursor: string) {
 // --- the run ------------------------------------------------------------------------------
 
 const root = mkdtempSync(join(tmpdir(), "dt-swap-oracle-"));
-const srv = startServer(root);
+const srv = await startServer(root);
 await touchStream(srv, S);
 ok(
   await srv.call(`/v1/stream/${S}/touch/templates/activate`, "POST", {
@@ -250,6 +265,7 @@ ok(
 );
 const cursor0 = ok(await srv.call(`/v1/stream/${S}/touch/meta?settle=flush&timeoutMs=3000`), "meta").body.cursor;
 const t0 = performance.now();
+started = t0;
 let writing = true;
 const waiters = Array.from({ length: CHAINS }, (_, i) => chain(i, () => !writing, cursor0));
 await writer(t0 + writeMs);

@@ -21,7 +21,7 @@ import { output } from "./common.ts";
 import { K, append, exit, ok, processed, sleep, startServer, touchStream } from "./swap-server.ts";
 
 const root = mkdtempSync(join(tmpdir(), "dt-swap-recreate-"));
-const srv = startServer(root);
+const srv = await startServer(root);
 const ENTITY = "public.todos";
 const TABLE = K.tableKeyFor(ENTITY);
 const TEMPLATE = { entity: ENTITY, fields: [{ name: "tenant", encoding: "string" }] };

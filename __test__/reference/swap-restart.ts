@@ -12,7 +12,7 @@
 //   (rows it processed on the way: scanRowsTotal); the first server's cursor (stale); waits
 //   woken by a new append; the stream read back.
 import { output, input } from "./common.ts";
-import { K, append, exit, ok, sleep, startServer, touchStream } from "./swap-server.ts";
+import { K, append, exit, ok, sleep, startServer, touchStream, type Server } from "./swap-server.ts";
 
 const DIR = process.env.DATA_DIR!;
 const { phase, ...prev } = input<{ phase: "first" | "second"; lastOffset?: string; cursor?: string; templates?: string[] }>();
@@ -30,13 +30,13 @@ const order = (i: number, customer: string, region = "eu") => ({
   value: { id: i, customer, region, status: "new", total: i },
   headers: { operation: "insert" },
 });
-const activate = async (srv: ReturnType<typeof startServer>, templates: unknown[]) => {
+const activate = async (srv: Server, templates: unknown[]) => {
   const b = ok(await srv.call(`/v1/stream/${S}/touch/templates/activate`, "POST", { templates }), "activate").body;
   return { activated: b.activated.map((a: any) => a.templateId), denied: b.denied };
 };
-const meta = async (srv: ReturnType<typeof startServer>, q = "") => ok(await srv.call(`/v1/stream/${S}/touch/meta${q}`), "meta").body;
+const meta = async (srv: Server, q = "") => ok(await srv.call(`/v1/stream/${S}/touch/meta${q}`), "meta").body;
 /** Polls meta until walScannedThrough is `offset`; resolves that meta (throws after 10 s). */
-async function scannedThrough(srv: ReturnType<typeof startServer>, offset: string) {
+async function scannedThrough(srv: Server, offset: string) {
   const until = performance.now() + 10_000;
   for (;;) {
     const m = await meta(srv);
@@ -46,14 +46,14 @@ async function scannedThrough(srv: ReturnType<typeof startServer>, offset: strin
   }
 }
 /** A wait parked on `body`'s keys, woken by appending `records` 150 ms later. */
-async function wokenBy(srv: ReturnType<typeof startServer>, body: Record<string, unknown>, records: unknown[]) {
+async function wokenBy(srv: Server, body: Record<string, unknown>, records: unknown[]) {
   const w = srv.call(`/v1/stream/${S}/touch/wait`, "POST", { timeoutMs: 5000, ...body });
   await sleep(150);
   const next = await append(srv, S, records);
   const r = await w;
   return { next, status: r.status, touched: r.body?.touched, effectiveWaitKind: r.body?.effectiveWaitKind };
 }
-async function readAll(srv: ReturnType<typeof startServer>) {
+async function readAll(srv: Server) {
   const rows: any[] = [];
   let offset = "-1";
   for (let page = 0; page < 1000; page++) {
@@ -66,7 +66,7 @@ async function readAll(srv: ReturnType<typeof startServer>) {
   return rows;
 }
 
-const srv = startServer(DIR);
+const srv = await startServer(DIR);
 if (phase === "first") {
   await touchStream(srv, S, { templates: { activationRateLimitPerMinute: 2 } });
   const activated = await activate(srv, [T1, T2]);
@@ -79,7 +79,7 @@ if (phase === "first") {
   await srv.close();
   // One last batch through the same server with processing off (touchWorkers 0), so the next
   // server starts with the checkpoint 5 rows behind the tail.
-  const idle = startServer(DIR, { touchWorkers: 0 });
+  const idle = await startServer(DIR, { touchWorkers: 0 });
   const lastOffset = await append(idle, S, Array.from({ length: 5 }, (_, i) => order(51 + i, "c-last")));
   await sleep(300);
   const idleMeta = await meta(idle);

@@ -2,5 +2,5 @@
 // $DATA_DIR: prints `{"port":<n>}` and a newline once it listens, then serves until killed.
 import { startServer } from "./swap-server.ts";
 
-const srv = startServer(process.env.DATA_DIR!);
+const srv = await startServer(process.env.DATA_DIR!);
 process.stdout.write(JSON.stringify({ port: srv.port }) + "\n");
