@@ -50,6 +50,7 @@ pub mod config;
 pub mod cursor;
 pub mod exact;
 mod hash;
+pub mod mirror;
 mod slots;
 pub mod state;
 pub mod stats;
@@ -66,6 +67,7 @@ use parking_lot::Mutex;
 pub use config::{JournalConfig, JournalOptions};
 pub use cursor::{format_cursor, parse_cursor, Cursor, Epoch};
 pub use exact::{format_routing_key, parse_routing_key};
+pub use mirror::{Applied, CaughtUp, FlushObserver, FlushRecord};
 pub use state::{JournalMeta, JournalState, WaitRequest, MAX_JOURNAL_WAIT_KEYS, MAX_WAIT_KEYS, MAX_WAIT_TIMEOUT_MS};
 pub use stats::{IntervalStats, TotalStats, WakeStats};
 pub use waiters::{KeyIds, Resolve, Settlement, WaiterId, Waker};
@@ -237,6 +239,11 @@ impl<W: Waker> Journal<W> {
         flushed
     }
 
+    /// Whether both handles are the same journal.
+    pub fn same_as(&self, other: &Journal<W>) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     pub fn downgrade(&self) -> WeakJournal<W> {
         WeakJournal { inner: Arc::downgrade(&self.inner) }
     }
@@ -318,6 +325,21 @@ impl<W: Waker> Journal<W> {
         };
         deliver(out);
         flushed
+    }
+
+    /// Sets (or removes) the observer told of each flush ([`mirror`]).
+    pub fn set_observer(&self, observer: Option<FlushObserver>) {
+        self.inner.core.lock().state.set_observer(observer);
+    }
+
+    /// A mirror takes its writer's flush ([`mirror`]); the waiters it wakes are delivered.
+    pub fn apply_flush(&self, rec: &FlushRecord) -> Applied {
+        self.with_core(|state, out| state.apply_flush(rec, out))
+    }
+
+    /// A mirror takes its writer's latest position ([`mirror`]).
+    pub fn catch_up(&self, epoch: Epoch, generation: u32) -> CaughtUp {
+        self.with_core(|state, out| state.catch_up(epoch, generation, out))
     }
 
     /// J5.

@@ -10,10 +10,11 @@
 use std::time::Instant;
 
 use super::bloom::GenerationBloom;
-use super::bucket::PendingBucket;
+use super::bucket::{FlushedBucket, PendingBucket};
 use super::config::JournalConfig;
 use super::cursor::{format_cursor, Epoch};
 use super::exact::ExactHistory;
+use super::mirror::{Applied, CaughtUp, FlushObserver, FlushRecord};
 use super::stats::{IntervalStats, JournalStats, TotalStats};
 use super::waiters::{KeyIds, Resolve, Settlement, WaiterId, WaiterRegistry, WaiterSpec, Waker};
 use super::TouchHit;
@@ -119,6 +120,13 @@ pub struct JournalState<W: Waker = Resolve> {
     last_flush_at_ms: i64,
     last_bucket_start_ms: i64,
     epochs_started: u64,
+    /// Told of each flush ([`super::mirror`]).
+    observer: Option<FlushObserver>,
+    /// The oldest generation a cursor may name: 0, except at a mirror that joined its writer
+    /// late or missed records (older cursors are stale there, [`super::mirror`]).
+    floor_generation: u32,
+    /// A mirror that applied a record: it follows its writer's epoch.
+    following: bool,
 }
 
 /// Deadlines are rounded up to this many nanoseconds (J12).
@@ -153,6 +161,9 @@ impl<W: Waker> JournalState<W> {
             last_flush_at_ms: 0,
             last_bucket_start_ms: 0,
             epochs_started: 1,
+            observer: None,
+            floor_generation: 0,
+            following: false,
             cfg,
         }
     }
@@ -207,6 +218,17 @@ impl<W: Waker> JournalState<W> {
             return false;
         }
         let bucket = self.bucket.take();
+        self.flush_bucket(bucket, now_ms, out);
+        true
+    }
+
+    /// Sets (or removes) the observer told of each flush.
+    pub fn set_observer(&mut self, observer: Option<FlushObserver>) {
+        self.observer = observer;
+    }
+
+    /// Flushes `bucket` as the next generation: the bloom, the waking and the history.
+    fn flush_bucket(&mut self, bucket: FlushedBucket, now_ms: i64, out: &mut Vec<Settlement<W>>) {
         self.bloom.arrive(false);
         // B28: the generation never wraps within an epoch. Past u32::MAX a new epoch starts,
         // every cursor handed out so far becomes stale, and every parked waiter is woken.
@@ -271,9 +293,105 @@ impl<W: Waker> JournalState<W> {
             }
         }
         self.stats.record_wake(woken, elapsed_ms(started));
+        if let Some(observer) = &self.observer {
+            observer(&FlushRecord {
+                epoch: self.epoch,
+                generation,
+                keys: bucket.keys,
+                exact: bucket.exact.clone(),
+                overflow: bucket.overflow,
+                bucket_start_ms,
+                flush_at_ms: now_ms,
+                max_source_offset: bucket.max_source_offset,
+            });
+        }
         // J8 step 6 (done last: waking does not read the history).
         self.exact.push(generation, bucket.exact, bucket.overflow);
-        true
+    }
+
+    // ---- mirrors (see [`super::mirror`])
+
+    /// Runs the flush a writer's journal reported, as the same generation.
+    pub fn apply_flush(&mut self, rec: &FlushRecord, out: &mut Vec<Settlement<W>>) -> Applied {
+        let applied = if !self.following || rec.epoch != self.epoch {
+            self.adopt(rec.epoch, rec.generation.saturating_sub(1), out);
+            Applied::Adopted
+        } else if rec.generation <= self.generation {
+            return Applied::Duplicate;
+        } else if rec.generation > self.generation + 1 {
+            let missed = rec.generation - self.generation - 1;
+            self.skip_to(rec.generation - 1, out);
+            Applied::Gap { missed }
+        } else {
+            Applied::Next
+        };
+        let bucket = FlushedBucket {
+            keys: rec.keys.clone(),
+            exact: rec.exact.clone(),
+            overflow: rec.overflow,
+            start_ms: rec.bucket_start_ms,
+            max_source_offset: rec.max_source_offset,
+        };
+        self.flush_bucket(bucket, rec.flush_at_ms, out);
+        applied
+    }
+
+    /// Takes the writer's latest `(epoch, generation)` (a heartbeat sent after every record
+    /// of that generation): a mirror behind it missed records.
+    pub fn catch_up(&mut self, epoch: Epoch, generation: u32, out: &mut Vec<Settlement<W>>) -> CaughtUp {
+        if !self.following || epoch != self.epoch {
+            self.adopt(epoch, generation, out);
+            CaughtUp::Adopted
+        } else if generation > self.generation {
+            let missed = generation - self.generation;
+            self.skip_to(generation, out);
+            CaughtUp::Gap { missed }
+        } else {
+            CaughtUp::InStep
+        }
+    }
+
+    /// The oldest generation a cursor may name here (see [`super::mirror`]).
+    pub fn floor_generation(&self) -> u32 {
+        self.floor_generation
+    }
+
+    /// Follows `epoch` from `generation` on: nothing of another epoch is kept, parked waiters
+    /// are woken (their cursors are stale now).
+    fn adopt(&mut self, epoch: Epoch, generation: u32, out: &mut Vec<Settlement<W>>) {
+        if self.following {
+            self.epochs_started += 1;
+        }
+        self.wake_everyone(generation, out);
+        self.following = true;
+        self.epoch = epoch;
+        self.bloom.clear();
+        self.exact.clear();
+        self.last_overflow_generation = 0;
+        self.generation = generation;
+        self.floor_generation = generation;
+    }
+
+    /// Jumps over generations that never arrived: parked waiters are woken (any of them may
+    /// have been touched) and older cursors become stale.
+    fn skip_to(&mut self, generation: u32, out: &mut Vec<Settlement<W>>) {
+        self.wake_everyone(generation, out);
+        self.generation = generation;
+        self.floor_generation = generation;
+    }
+
+    fn wake_everyone(&mut self, generation: u32, out: &mut Vec<Settlement<W>>) {
+        if self.waiters.is_empty() {
+            return;
+        }
+        let hit = TouchHit {
+            generation,
+            key_id: 0,
+            bucket_max_source_offset_seq: self.last_flushed_source_offset,
+            flush_at_ms: self.last_flush_at_ms,
+            bucket_start_ms: self.last_bucket_start_ms,
+        };
+        self.waiters.wake_all(hit, true, out);
     }
 
     fn start_new_epoch(&mut self) {
