@@ -167,6 +167,8 @@ export declare class TouchEngine {
   takeRecords(): EngineRecords
   /** The stats snapshot (the collector's window resets on each call). */
   stats(): EngineStats
+  /** The fan-out's counters (`options.fanout`), or null without one. */
+  fanoutStats(): FanoutStats | null
   /**
    * Memory counters and the `topLimit` streams with the largest journal filters (default
    * 5, at most 1000): the reference manager's `getMemoryStats` / `getTopStreams`. Resets
@@ -392,6 +394,38 @@ export interface FailureRecord {
   stream: string
   /** Failed batches since the last drain. */
   count: number
+}
+
+/** `options.fanout` of `new TouchEngine`. */
+export interface FanoutConfig {
+  role: 'writer' | 'edge'
+  /** `nats://host:port`. */
+  url: string
+  /** Subject prefix; one per writer (default `durable-touch`). */
+  prefix?: string
+  /** Retention of the writer's JetStream stream (defaults 10 minutes, 256 MiB). */
+  maxAgeMs?: number
+  maxBytes?: number
+  /** A writer's beat and an edge's interest report, in ms (default 500). */
+  beatMs?: number
+  /** The writer's HTTP URL, named by edges when they refuse a request. */
+  writerUrl?: string
+}
+
+/** What `fanoutStats()` reports. */
+export interface FanoutStats {
+  role: string
+  connected: boolean
+  sent: number
+  sentBytes: number
+  dropped: number
+  received: number
+  receivedBytes: number
+  applied: number
+  duplicates: number
+  gaps: number
+  adopted: number
+  badMessages: number
 }
 
 /**
@@ -738,6 +772,13 @@ export interface TouchEngineOptions {
    * on should drain it every few hundred milliseconds.
    */
   records?: boolean
+  /**
+   * Fan-out over NATS JetStream: a `writer` publishes every journal flush of every
+   * touch-enabled stream and hears the edges' interest; an `edge` (opened over a private
+   * `Store.open(":memory:")`) mirrors a writer's journals and serves waits and meta from
+   * them.
+   */
+  fanout?: FanoutConfig
 }
 
 /** What `waitForAny` resolves with when a touch woke it. */

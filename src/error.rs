@@ -66,6 +66,15 @@ pub enum Error {
     #[error("sqlite error {code} ({extended_code}): {message}")]
     Storage { code: String, extended_code: i32, message: String },
 
+    /// The fan-out (NATS JetStream) failed, or a message on it could not be read.
+    #[error("{0}")]
+    Fanout(String),
+
+    /// An edge was asked for what only the writer does (appends, activations): the message
+    /// names the writer's URL (`writer`).
+    #[error("this edge serves waits and meta only; send this to the writer at {writer}")]
+    EdgeReadOnly { writer: String },
+
     /// A bug: a panic or a broken invariant inside the native code.
     #[error("internal error: {0}")]
     Internal(String),
@@ -88,6 +97,8 @@ impl Error {
             Error::Closed(_) => "ERR_CLOSED",
             Error::Aborted => "ERR_ABORTED",
             Error::Storage { .. } => "ERR_STORAGE",
+            Error::Fanout(_) => "ERR_FANOUT",
+            Error::EdgeReadOnly { .. } => "ERR_EDGE_READ_ONLY",
             Error::Internal(_) => "ERR_INTERNAL",
         }
     }

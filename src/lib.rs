@@ -28,6 +28,7 @@ pub mod bindings;
 pub mod changes;
 pub mod engine;
 pub mod error;
+pub mod fanout;
 pub mod hostdb;
 pub mod journal;
 pub mod jscompat;

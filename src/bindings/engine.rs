@@ -56,6 +56,46 @@ pub struct TouchEngineOptions {
     /// stream's newest record and lifecycle events are only counted), so a host that turns it
     /// on should drain it every few hundred milliseconds.
     pub records: Option<bool>,
+    /// Fan-out over NATS JetStream: a `writer` publishes every journal flush of every
+    /// touch-enabled stream and hears the edges' interest; an `edge` (opened over a private
+    /// `Store.open(":memory:")`) mirrors a writer's journals and serves waits and meta from
+    /// them.
+    pub fanout: Option<FanoutConfig>,
+}
+
+/// `options.fanout` of `new TouchEngine`.
+#[napi(object, object_to_js = false)]
+pub struct FanoutConfig {
+    #[napi(ts_type = "'writer' | 'edge'")]
+    pub role: String,
+    /// `nats://host:port`.
+    pub url: String,
+    /// Subject prefix; one per writer (default `durable-touch`).
+    pub prefix: Option<String>,
+    /// Retention of the writer's JetStream stream (defaults 10 minutes, 256 MiB).
+    pub max_age_ms: Option<f64>,
+    pub max_bytes: Option<f64>,
+    /// A writer's beat and an edge's interest report, in ms (default 500).
+    pub beat_ms: Option<f64>,
+    /// The writer's HTTP URL, named by edges when they refuse a request.
+    pub writer_url: Option<String>,
+}
+
+/// What `fanoutStats()` reports.
+#[napi(object, object_from_js = false, js_name = "FanoutStats")]
+pub struct FanoutStatsJs {
+    pub role: String,
+    pub connected: bool,
+    pub sent: f64,
+    pub sent_bytes: f64,
+    pub dropped: f64,
+    pub received: f64,
+    pub received_bytes: f64,
+    pub applied: f64,
+    pub duplicates: f64,
+    pub gaps: f64,
+    pub adopted: f64,
+    pub bad_messages: f64,
 }
 
 /// A template declaration (the body of `/touch/templates/activate`).
@@ -420,6 +460,41 @@ fn parse_options(options: Option<Js>) -> crate::Result<EngineOptions> {
     }
     if let Some(v) = opts.opt("records")? {
         o.records = v.boolean("options.records")?;
+    }
+    if let Some(f) = opts.opt("fanout")?.filter(|v| !v.is_nullish()) {
+        let f = f.object("options.fanout")?;
+        let mut fo = crate::fanout::FanoutOptions {
+            role: match f.opt("role")?.map(|v| v.string("options.fanout.role")).transpose()?.as_deref() {
+                Some("writer") => crate::fanout::Role::Writer,
+                Some("edge") => crate::fanout::Role::Edge,
+                _ => return Err(Error::invalid("options.fanout.role must be 'writer' or 'edge'")),
+            },
+            ..Default::default()
+        };
+        fo.url = f
+            .opt("url")?
+            .ok_or_else(|| Error::invalid("options.fanout.url is required"))?
+            .string("options.fanout.url")?;
+        if let Some(v) = f.opt("prefix")?.filter(|v| !v.is_nullish()) {
+            let p = v.string("options.fanout.prefix")?;
+            if p.is_empty() || p.len() > 64 || !p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+                return Err(Error::invalid("options.fanout.prefix must be 1-64 of [A-Za-z0-9_-]"));
+            }
+            fo.prefix = p;
+        }
+        if let Some(v) = opt_num(&f, "maxAgeMs")? {
+            fo.max_age_ms = count(v, "fanout.maxAgeMs", 365.0 * 86_400_000.0)?.max(1_000.0) as u64;
+        }
+        if let Some(v) = opt_num(&f, "maxBytes")? {
+            fo.max_bytes = count(v, "fanout.maxBytes", 1e15)?.max(65_536.0) as i64;
+        }
+        if let Some(v) = opt_num(&f, "beatMs")? {
+            fo.beat_ms = count(v, "fanout.beatMs", 60_000.0)?.max(10.0) as u64;
+        }
+        if let Some(v) = f.opt("writerUrl")?.filter(|v| !v.is_nullish()) {
+            fo.writer_url = v.string("options.fanout.writerUrl")?;
+        }
+        o.fanout = Some(fo);
     }
     Ok(o)
 }
@@ -1180,6 +1255,25 @@ impl TouchEngine {
         stats_js(self.engine.stats())
     }
 
+    /// The fan-out's counters (`options.fanout`), or null without one.
+    #[napi]
+    pub fn fanout_stats(&self) -> Option<FanoutStatsJs> {
+        self.engine.fanout_stats().map(|s| FanoutStatsJs {
+            role: s.role.to_string(),
+            connected: s.connected,
+            sent: s.sent as f64,
+            sent_bytes: s.sent_bytes as f64,
+            dropped: s.dropped as f64,
+            received: s.received as f64,
+            received_bytes: s.received_bytes as f64,
+            applied: s.applied as f64,
+            duplicates: s.duplicates as f64,
+            gaps: s.gaps as f64,
+            adopted: s.adopted as f64,
+            bad_messages: s.bad_messages as f64,
+        })
+    }
+
     /// Memory counters and the `topLimit` streams with the largest journal filters (default
     /// 5, at most 1000): the reference manager's `getMemoryStats` / `getTopStreams`. Resets
     /// nothing.
@@ -1211,4 +1305,12 @@ impl TouchEngine {
 }
 
 #[allow(dead_code)]
-fn _typing_only(_: TouchEngineOptions, _: TemplateDecl, _: WaitRequest, _: MetaOptions, _: HotInterest) {}
+fn _typing_only(
+    _: FanoutConfig,
+    _: TouchEngineOptions,
+    _: TemplateDecl,
+    _: WaitRequest,
+    _: MetaOptions,
+    _: HotInterest,
+) {
+}

@@ -109,9 +109,23 @@ impl<K: Hash + Eq + Ord + Clone> GraceSet<K> {
     }
 }
 
+/// Interest reported by an edge for this stream (issue 28): its waiters' counts, hot keys and
+/// templates, held until `expires_at_ms` unless a newer report replaces it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RemoteInterest {
+    pub expires_at_ms: i64,
+    pub fine_waiters: u64,
+    pub coarse_waiters: u64,
+    pub broad_fine_waiters: u64,
+    pub keys: Vec<u32>,
+    pub templates: Vec<String>,
+}
+
 /// The hot state of one stream.
 #[derive(Debug, Default)]
 pub struct HotState {
+    /// Edges' interest, by edge id.
+    remote: HashMap<u64, RemoteInterest>,
     key_active: HashMap<u32, u32>,
     key_grace: GraceSet<u32>,
     template_active: HashMap<String, u32>,
@@ -224,6 +238,11 @@ impl HotState {
         lease
     }
 
+    /// Takes an edge's latest report for this stream (replacing its previous one).
+    pub fn set_remote(&mut self, edge: u64, interest: RemoteInterest) {
+        self.remote.insert(edge, interest);
+    }
+
     /// Releases a wait (M19 *Release*). Keys and templates whose count reaches zero enter
     /// their grace period.
     pub fn release(&mut self, lease: &HotLease, limits: &HotLimits, now_ms: i64) {
@@ -309,6 +328,7 @@ impl HotState {
         }
         self.key_grace.expire(now_ms);
         self.template_grace.expire(now_ms);
+        self.remote.retain(|_, r| r.expires_at_ms > now_ms);
         if self.key_active.len() + self.key_grace.len() < limits.max_keys {
             self.keys_over_capacity = false;
         }
@@ -324,7 +344,8 @@ impl HotState {
     }
 
     fn is_empty(&self) -> bool {
-        self.key_active.is_empty()
+        self.remote.is_empty()
+            && self.key_active.is_empty()
             && self.key_grace.is_empty()
             && self.template_active.is_empty()
             && self.template_grace.is_empty()
@@ -333,29 +354,46 @@ impl HotState {
             && self.broad_fine_waiters == 0
     }
 
-    /// M19 *Snapshot*.
+    /// M19 *Snapshot*: this process's waits and the edges' reports together.
     pub fn snapshot(&self) -> HotSnapshot {
-        let template_filtering =
-            !self.templates_over_capacity && self.template_active.len() + self.template_grace.len() > 0;
-        let key_filtering = !self.keys_over_capacity && self.broad_fine_waiters == 0;
+        let remote = self.remote.values();
+        let remote_templates = remote.clone().map(|r| r.templates.len()).sum::<usize>();
+        let remote_keys = remote.clone().map(|r| r.keys.len()).sum::<usize>();
+        let remote_broad = remote.clone().map(|r| r.broad_fine_waiters).sum::<u64>();
+        let template_filtering = !self.templates_over_capacity
+            && self.template_active.len() + self.template_grace.len() + remote_templates > 0;
+        let broad_fine_waiters = self.broad_fine_waiters + remote_broad;
+        let key_filtering = !self.keys_over_capacity && broad_fine_waiters == 0;
         HotSnapshot {
-            fine_waiters: self.fine_waiters,
-            coarse_waiters: self.coarse_waiters,
-            broad_fine_waiters: self.broad_fine_waiters,
-            hot_key_active: self.key_active.len(),
+            fine_waiters: self.fine_waiters + remote.clone().map(|r| r.fine_waiters).sum::<u64>(),
+            coarse_waiters: self.coarse_waiters + remote.clone().map(|r| r.coarse_waiters).sum::<u64>(),
+            broad_fine_waiters,
+            hot_key_active: self.key_active.len() + remote_keys,
             hot_key_grace: self.key_grace.len(),
-            hot_template_active: self.template_active.len(),
+            hot_template_active: self.template_active.len() + remote_templates,
             hot_template_grace: self.template_grace.len(),
             template_filtering,
             key_filtering,
             hot_template_ids: template_filtering.then(|| {
-                let mut ids: Vec<String> =
-                    self.template_active.keys().chain(self.template_grace.keys()).cloned().collect();
+                let mut ids: Vec<String> = self
+                    .template_active
+                    .keys()
+                    .chain(self.template_grace.keys())
+                    .chain(self.remote.values().flat_map(|r| r.templates.iter()))
+                    .cloned()
+                    .collect();
                 ids.sort();
                 ids.dedup();
                 ids
             }),
-            hot_keys: key_filtering.then(|| self.key_active.keys().chain(self.key_grace.keys()).copied().collect()),
+            hot_keys: key_filtering.then(|| {
+                self.key_active
+                    .keys()
+                    .chain(self.key_grace.keys())
+                    .chain(self.remote.values().flat_map(|r| r.keys.iter()))
+                    .copied()
+                    .collect()
+            }),
         }
     }
 }

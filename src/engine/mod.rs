@@ -14,6 +14,7 @@
 //! - [`stats`]: the stats collector and the reporter line (X1–X5);
 //! - [`records`]: per-batch records, lifecycle events, WAL GC and failures for a host's
 //!   metrics (`EngineOptions::records`);
+//! - [`fanout`]: a writer's flushes and beats for edges, and an edge's mirrors of them;
 //! - [`runtime`]: the in-memory state of each stream;
 //! - [`process`]: one processing batch and the loop that schedules them (M1–M18);
 //! - this module: [`TouchEngine`]: opening, profiles, templates and closing.
@@ -22,6 +23,7 @@
 //! committed append marks its stream dirty and wakes the loop at once; the interval tick stays
 //! as a safety net (for rows written by another process, backoffs and upkeep).
 
+pub mod fanout;
 pub mod hot;
 pub mod interest;
 pub mod policy;
@@ -78,6 +80,9 @@ pub struct EngineOptions {
     /// deletions and batch failures, for [`TouchEngine::take_records`] (a host that reports
     /// them, as the swapped server's `live.metrics` does). Off: nothing is kept.
     pub records: bool,
+    /// Publish flushes to edges over NATS JetStream (a writer), or mirror a writer's (an edge:
+    /// open it over a private empty store; it runs no processing loop).
+    pub fanout: Option<crate::fanout::FanoutOptions>,
 }
 
 impl Default for EngineOptions {
@@ -92,6 +97,7 @@ impl Default for EngineOptions {
             wal_gc_chunk_offsets: 1_000_000,
             profile_poll_ms: 0,
             records: false,
+            fanout: None,
         }
     }
 }
@@ -159,6 +165,7 @@ pub(crate) struct Inner {
     ticks: Mutex<TickQueue>,
     /// Without the loop: whether the thread answering `meta(settle)` runs.
     settle_poller: AtomicBool,
+    pub fanout: Option<Arc<fanout::Fanout>>,
 }
 
 #[derive(Default)]
@@ -176,9 +183,15 @@ pub struct TouchEngine {
 impl TouchEngine {
     /// Opens the engine over `store`: loads every state-protocol profile, seeds the touch state
     /// of touch-enabled streams (M22), hooks appends and starts the loop.
-    pub fn open(store: Store, opts: EngineOptions) -> Result<TouchEngine> {
+    pub fn open(store: Store, mut opts: EngineOptions) -> Result<TouchEngine> {
         if store.is_closed() {
             return Err(Error::Closed("Store"));
+        }
+        let fanout = opts.fanout.clone().map(fanout::Fanout::new);
+        if fanout.as_ref().is_some_and(|f| f.is_edge()) {
+            // An edge's streams are the writer's: nothing of its own store is processed.
+            opts.auto_process = false;
+            opts.profile_poll_ms = 0;
         }
         let loaded: Vec<(String, StateProtocolProfile)> = blocking(|r| {
             store.query(
@@ -213,7 +226,8 @@ impl TouchEngine {
         let now = wall_ms();
         let mut streams = HashMap::new();
         for (s, p) in loaded {
-            streams.insert(s, StreamRt::new(p));
+            let rt = new_stream_rt(&fanout, &s, p);
+            streams.insert(s, rt);
         }
         let records = records::RecordQueue::new(opts.records);
         let inner = Arc::new(Inner {
@@ -243,6 +257,7 @@ impl TouchEngine {
             leases: Mutex::new(interest::Leases::default()),
             ticks: Mutex::new(TickQueue::default()),
             settle_poller: AtomicBool::new(false),
+            fanout,
         });
         let weak: Weak<Inner> = Arc::downgrade(&inner);
         store.add_append_hook(Arc::new(move |stream, _out, bytes| {
@@ -266,6 +281,13 @@ impl TouchEngine {
                 inner.notify(&n);
             }
         }
+        if let Some(f) = &inner.fanout {
+            if let Err(e) = f.start(&inner) {
+                inner.closed.store(true, Ordering::Release);
+                inner.stop_loop();
+                return Err(e);
+            }
+        }
         Ok(TouchEngine { inner })
     }
 
@@ -286,6 +308,7 @@ impl TouchEngine {
     /// Validates and saves a state-protocol profile (C5, C6) and syncs touch state.
     pub fn set_profile(&self, stream: &str, raw: &crate::jscompat::json::Value) -> Result<StateProtocolProfile> {
         self.check_open()?;
+        self.writer_only()?;
         let profile = validate_state_protocol_profile(raw, "profile").map_err(Error::InvalidTouchConfig)?;
         let p = profile.clone();
         let name = stream.to_string();
@@ -428,6 +451,7 @@ impl TouchEngine {
         inactivity_ttl_ms: Option<f64>,
     ) -> Result<(ActivateOutcome, TemplateLimits)> {
         self.check_open()?;
+        self.writer_only()?;
         let cfg = self.touch_config(stream)?;
         let out = self.activate_inner(stream, &cfg, templates.to_vec(), inactivity_ttl_ms)?;
         let limits = TemplateLimits {
@@ -591,6 +615,9 @@ impl TouchEngine {
             if let Some(t) = inner.thread.lock().take() {
                 let _ = t.join();
             }
+            if let Some(f) = &inner.fanout {
+                f.close();
+            }
             let (journals, settles): (Vec<Journal>, Vec<Settle>) = {
                 let mut st = inner.state.lock();
                 (st.streams.values().filter_map(|rt| rt.journal.clone()).collect(), std::mem::take(&mut st.settles))
@@ -610,6 +637,15 @@ impl TouchEngine {
             reply(Ok(()));
         });
     }
+}
+
+/// A stream's runtime; a writer's publishes its journal's flushes.
+fn new_stream_rt(fanout: &Option<Arc<fanout::Fanout>>, stream: &str, profile: StateProtocolProfile) -> StreamRt {
+    let mut rt = StreamRt::new(profile);
+    if let Some(f) = fanout.as_ref().filter(|f| !f.is_edge()) {
+        rt.publish = Some((f.clone(), stream.to_string()));
+    }
+    rt
 }
 
 impl Inner {
@@ -641,7 +677,7 @@ impl Inner {
                 }
             }
             None => {
-                let mut rt = StreamRt::new(profile);
+                let mut rt = new_stream_rt(&self.fanout, stream, profile);
                 rt.profile_seq = seq;
                 st.streams.insert(stream.to_string(), rt);
             }

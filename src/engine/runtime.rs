@@ -3,7 +3,10 @@
 
 use crate::engine::hot::{HotLimits, HotSnapshot, HotState};
 use crate::engine::policy::{FailureBackoff, FineTokens, LagHysteresis, RestrictedBucket, TouchMode, WalGcPacer};
-use crate::journal::{Journal, JournalOptions};
+use std::sync::Arc;
+
+use crate::engine::fanout::{Fanout, MirrorInfo};
+use crate::journal::{Journal, JournalConfig, JournalOptions};
 use crate::processor::tuples::TupleMemory;
 use crate::spec::{StateProtocolProfile, TouchConfig};
 
@@ -68,6 +71,10 @@ pub struct StreamRt {
     pub fine_per_row: f64,
     /// The tuples the stream's rows were last seen in (complete mode, B5).
     pub tuples: TupleMemory,
+    /// A writer's fan-out and the stream's name: its journal's flushes are published.
+    pub(crate) publish: Option<(Arc<Fanout>, String)>,
+    /// At an edge: the writer's view of the stream, from its last beat.
+    pub mirror: Option<MirrorInfo>,
 }
 
 /// The options of a stream's journal, from `touch.memory` (M20); the hot-interest fields of
@@ -109,6 +116,8 @@ impl StreamRt {
             late_templates: Vec::new(),
             fine_per_row: 0.0,
             tuples: TupleMemory::default(),
+            publish: None,
+            mirror: None,
         }
     }
 
@@ -154,7 +163,12 @@ impl StreamRt {
     pub fn journal(&mut self, cfg: &TouchConfig) -> (&Journal, bool) {
         let created = self.journal.is_none();
         if created {
-            self.journal = Some(Journal::new(journal_options(cfg)));
+            let options = journal_options(cfg);
+            let journal = Journal::new(options);
+            if let Some((fanout, name)) = &self.publish {
+                journal.set_observer(Some(fanout.observer(name, &JournalConfig::from_options(&options))));
+            }
+            self.journal = Some(journal);
         }
         (self.journal.as_ref().expect("journal"), created)
     }

@@ -597,6 +597,17 @@ pub fn active_count(conn: &Connection, stream: &str) -> i64 {
         .unwrap_or(0)
 }
 
+/// The active templates' `(template_id, entity)`, by id (what an edge needs to plan waits).
+pub fn list_active_entities(conn: &Connection, stream: &str) -> Result<Vec<(String, String)>> {
+    let rows = conn
+        .prepare_cached(
+            "SELECT template_id, entity FROM live_templates WHERE stream=?1 AND state='active' ORDER BY template_id",
+        )?
+        .query_map([stream], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
 /// The active templates in the order the reference's processor query returns them (P3: the
 /// `(stream, state, last_seen_at_ms)` index, i.e. last-seen ascending; B23 names the order).
 pub fn list_active_for_processing(conn: &Connection, stream: &str) -> Result<Vec<ActiveTemplate>> {

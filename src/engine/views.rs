@@ -237,6 +237,9 @@ fn runtime_view(rt: &mut StreamRt, cfg: &TouchConfig, now_ms: i64) -> RuntimeVie
 
 impl Inner {
     pub(crate) fn meta_view(&self, stream: &str, cfg: &TouchConfig) -> Result<TouchMetaView> {
+        if self.is_edge() {
+            return self.mirrored_meta_view(stream, cfg);
+        }
         let name = stream.to_string();
         let (active, state, stream_row) = blocking(|r| {
             self.store.query(
@@ -271,6 +274,28 @@ impl Inner {
             touch_mode: rt.runtime_touch_mode(),
             processed_through: state.map(|_| processed.unwrap_or(-1)),
             stream_epoch: stream_row.epoch,
+            runtime,
+        })
+    }
+
+    /// An edge's meta: its mirror's journal and the writer's view of the stream from its last
+    /// beat.
+    fn mirrored_meta_view(&self, stream: &str, cfg: &TouchConfig) -> Result<TouchMetaView> {
+        let mut st = self.state.lock();
+        let rt = st.streams.get_mut(stream).ok_or_else(|| Error::StreamNotFound { stream: stream.into() })?;
+        let info = rt.mirror.clone().unwrap_or_default();
+        let journal = rt.journal(cfg).0.meta();
+        let runtime = runtime_view(rt, cfg, wall_ms());
+        Ok(TouchMetaView {
+            settled: journal.pending_keys == 0 && info.lag_source_offsets == 0,
+            journal,
+            coarse_interval_ms: cfg.coarse_interval_ms,
+            touch_coalesce_window_ms: cfg.touch_coalesce_window_ms,
+            active_templates: info.active_templates,
+            lag_source_offsets: info.lag_source_offsets,
+            touch_mode: rt.runtime_touch_mode(),
+            processed_through: Some(info.processed_through),
+            stream_epoch: info.stream_epoch,
             runtime,
         })
     }

@@ -36,6 +36,9 @@ pub fn js_error_with_message(env: &Env, err: &Error, message: &str) -> Result<Ra
         Error::StreamNotFound { stream } | Error::StreamExists { stream, .. } | Error::StreamExpired { stream } => {
             set(c"stream", out.str(stream))?;
         }
+        Error::EdgeReadOnly { writer } => {
+            set(c"writer", out.str(writer))?;
+        }
         Error::Storage { code, extended_code, .. } => {
             set(c"sqliteCode", out.str(code))?;
             set(c"sqliteExtendedCode", out.i32(*extended_code))?;

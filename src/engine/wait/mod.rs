@@ -69,9 +69,15 @@ impl TouchEngine {
         let stream = stream.to_string();
         let ctl = control;
         // Activation and entity lookups touch SQLite; the common path does not and runs here.
-        let needs_store = !args.declare_templates.is_empty()
-            || (!args.template_ids_used.is_empty()
-                && (args.interest == InterestMode::Coarse || self.touch_mode(&stream) == TouchMode::CoarseOnly));
+        if !args.declare_templates.is_empty() {
+            if let Err(e) = self.writer_only() {
+                return reply(Err(e));
+            }
+        }
+        let needs_store = !self.inner.is_edge()
+            && (!args.declare_templates.is_empty()
+                || (!args.template_ids_used.is_empty()
+                    && (args.interest == InterestMode::Coarse || self.touch_mode(&stream) == TouchMode::CoarseOnly)));
         if needs_store {
             std::thread::spawn(move || engine.wait_inner(&stream, cfg, args, ctl, reply));
         } else {
@@ -100,7 +106,9 @@ impl TouchEngine {
             }
             let mode = self.touch_mode(stream);
             let kind = request::choose_kind(&args, mode);
-            let entities = if kind == WaitKind::TableKey && !args.template_ids_used.is_empty() {
+            let entities = if kind == WaitKind::TableKey && !args.template_ids_used.is_empty() && self.inner.is_edge() {
+                self.mirrored_entities(stream, &args.template_ids_used)
+            } else if kind == WaitKind::TableKey && !args.template_ids_used.is_empty() {
                 let ids = args.template_ids_used.clone();
                 let name = stream.to_string();
                 blocking(|r| self.inner.store.query(move |c| templates::entities_for_templates(c, &name, &ids), r))?
@@ -155,6 +163,10 @@ fn bucket_fields(s: &crate::journal::JournalState) -> (i64, i64, i64) {
 impl TouchEngine {
     pub(crate) fn heartbeat(&self, stream: &str, cfg: &TouchConfig, ids: &[String]) {
         let now = wall_ms();
+        if let Some(f) = self.inner.fanout.as_ref().filter(|f| f.is_edge()) {
+            // An edge's templates live at the writer: it hears of the heartbeat in a report.
+            return f.note_templates_used(stream, ids);
+        }
         self.inner.registry.heartbeat(stream, ids, now);
         let interval = cfg.templates.last_seen_persist_interval_ms;
         if self.inner.registry.has_due_last_seen(now, interval) {
@@ -207,6 +219,9 @@ impl TouchEngine {
             }
             (j, lease)
         };
+        if let Some(f) = &self.inner.fanout {
+            f.interest_dirty.store(true, Ordering::Release);
+        }
         let release = {
             let inner = self.inner.clone();
             let name = stream.to_string();
@@ -301,7 +316,8 @@ impl TouchEngine {
             let since_gen = match &since {
                 None => current,
                 Some(c) => {
-                    if c.epoch != s.epoch() {
+                    // A mirror cannot answer for generations before it joined or missed.
+                    if c.epoch != s.epoch() || c.generation < s.floor_generation() as f64 {
                         return Some(Early::Stale {
                             cursor: s.cursor(),
                             epoch: s.epoch().to_string(),

@@ -1,0 +1,467 @@
+//! The messages of the fan-out, and their binary form (little-endian, length-prefixed).
+//!
+//! Writer → edges, in one JetStream stream, in the order the writer sent them:
+//! - [`Message::Flush`]: one journal flush of one stream ([`FlushRecord`]) with the shape of
+//!   the journal that made it (a mirror builds the same bloom);
+//! - [`Message::Beat`]: every touch-enabled stream's position and what `/touch/meta` and a
+//!   wait need to know of it (profile, touch mode, checkpoint, templates). A beat is sent after
+//!   every record of the generations it names, so a mirror behind it missed records.
+//!
+//! Edges → writer, on core NATS: [`Interest`], what the edge's waiters wait for, per stream.
+//!
+//! Every message starts with a kind byte and the format version; a reader refuses what it
+//! does not know ([`Error::Fanout`]) rather than guess.
+
+use crate::error::{Error, Result};
+use crate::journal::{Epoch, FlushRecord};
+
+const VERSION: u8 = 1;
+const FLUSH: u8 = b'F';
+const BEAT: u8 = b'B';
+const INTEREST: u8 = b'I';
+
+/// The journal options a mirror must share with its writer to answer as it does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct JournalShape {
+    pub filter_pow2: u8,
+    pub k: u8,
+    pub key_index_max_keys: u32,
+    pub bucket_ms: u32,
+}
+
+/// One stream in a beat.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct StreamBeat {
+    pub stream: String,
+    pub epoch: u64,
+    pub generation: u32,
+    /// The state-protocol profile, as JSON text.
+    pub profile_json: String,
+    /// 0 fine, 1 restricted, 2 coarse only.
+    pub touch_mode: u8,
+    /// The checkpoint, -1 before any.
+    pub processed_through: i64,
+    pub lag_source_offsets: i64,
+    pub stream_epoch: i64,
+    pub active_templates: i64,
+    /// Active templates `(id, entity)`, when they changed since the last beat (or now and
+    /// then); `None`: as in the last list sent.
+    pub templates: Option<Vec<(String, String)>>,
+}
+
+/// What goes from the writer to the edges.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Message {
+    Flush { stream: String, writer: u64, shape: JournalShape, record: FlushRecord },
+    Beat { writer: u64, writer_url: String, streams: Vec<StreamBeat> },
+}
+
+/// One stream's interest at an edge.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct StreamInterest {
+    pub stream: String,
+    pub fine_waiters: u32,
+    pub coarse_waiters: u32,
+    pub broad_fine_waiters: u32,
+    pub keys: Vec<u32>,
+    pub templates: Vec<String>,
+    /// Templates the edge's waits named since its last report (`templateIdsUsed`, T8).
+    pub templates_used: Vec<String>,
+}
+
+/// What an edge reports: its interest in every stream it holds waiters on, valid for `ttl_ms`.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Interest {
+    pub edge: u64,
+    pub ttl_ms: u32,
+    pub streams: Vec<StreamInterest>,
+}
+
+// ---- writing
+
+#[derive(Default)]
+struct W(Vec<u8>);
+
+impl W {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn i64(&mut self, v: i64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn len(&mut self, n: usize) {
+        self.u32(u32::try_from(n).unwrap_or(u32::MAX));
+    }
+    fn str(&mut self, s: &str) {
+        self.len(s.len());
+        self.0.extend_from_slice(s.as_bytes());
+    }
+}
+
+/// Encodes a writer's message.
+pub fn encode(msg: &Message) -> Vec<u8> {
+    let mut w = W::default();
+    match msg {
+        Message::Flush { stream, writer, shape, record } => {
+            w.0.reserve(80 + stream.len() + record.keys.len() * 4 + record.exact.len() * 8);
+            w.u8(FLUSH);
+            w.u8(VERSION);
+            w.str(stream);
+            w.u64(*writer);
+            w.u8(shape.filter_pow2);
+            w.u8(shape.k);
+            w.u32(shape.key_index_max_keys);
+            w.u32(shape.bucket_ms);
+            w.u64(record.epoch.0);
+            w.u32(record.generation);
+            w.i64(record.flush_at_ms);
+            w.i64(record.bucket_start_ms);
+            w.i64(record.max_source_offset);
+            w.u8(record.overflow as u8);
+            w.len(record.keys.len());
+            for &k in &record.keys {
+                w.u32(k);
+            }
+            w.len(record.exact.len());
+            for &k in &record.exact {
+                w.u64(k);
+            }
+        }
+        Message::Beat { writer, writer_url, streams } => {
+            w.u8(BEAT);
+            w.u8(VERSION);
+            w.u64(*writer);
+            w.str(writer_url);
+            w.len(streams.len());
+            for s in streams {
+                w.str(&s.stream);
+                w.u64(s.epoch);
+                w.u32(s.generation);
+                w.str(&s.profile_json);
+                w.u8(s.touch_mode);
+                w.i64(s.processed_through);
+                w.i64(s.lag_source_offsets);
+                w.i64(s.stream_epoch);
+                w.i64(s.active_templates);
+                match &s.templates {
+                    None => w.u8(0),
+                    Some(list) => {
+                        w.u8(1);
+                        w.len(list.len());
+                        for (id, entity) in list {
+                            w.str(id);
+                            w.str(entity);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    w.0
+}
+
+/// Encodes an edge's interest.
+pub fn encode_interest(i: &Interest) -> Vec<u8> {
+    let mut w = W::default();
+    w.u8(INTEREST);
+    w.u8(VERSION);
+    w.u64(i.edge);
+    w.u32(i.ttl_ms);
+    w.len(i.streams.len());
+    for s in &i.streams {
+        w.str(&s.stream);
+        w.u32(s.fine_waiters);
+        w.u32(s.coarse_waiters);
+        w.u32(s.broad_fine_waiters);
+        w.len(s.keys.len());
+        for &k in &s.keys {
+            w.u32(k);
+        }
+        for list in [&s.templates, &s.templates_used] {
+            w.len(list.len());
+            for t in list {
+                w.str(t);
+            }
+        }
+    }
+    w.0
+}
+
+// ---- reading
+
+struct R<'a> {
+    b: &'a [u8],
+}
+
+fn short() -> Error {
+    Error::Fanout("a fan-out message ends early".into())
+}
+
+impl<'a> R<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.b.len() < n {
+            return Err(short());
+        }
+        let (head, rest) = self.b.split_at(n);
+        self.b = rest;
+        Ok(head)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().map_err(|_| short())?))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().map_err(|_| short())?))
+    }
+    fn i64(&mut self) -> Result<i64> {
+        Ok(i64::from_le_bytes(self.take(8)?.try_into().map_err(|_| short())?))
+    }
+    /// A count of items of at least `min_bytes` each: never more than the bytes left allow,
+    /// so a corrupt count cannot make a reader allocate more than the message's size.
+    fn count(&mut self, min_bytes: usize) -> Result<usize> {
+        let n = self.u32()? as usize;
+        if n.saturating_mul(min_bytes.max(1)) > self.b.len() {
+            return Err(short());
+        }
+        Ok(n)
+    }
+    fn str(&mut self) -> Result<String> {
+        let n = self.count(1)?;
+        String::from_utf8(self.take(n)?.to_vec()).map_err(|_| Error::Fanout("a fan-out string is not UTF-8".into()))
+    }
+    fn header(&mut self, kind: u8) -> Result<()> {
+        let (k, v) = (self.u8()?, self.u8()?);
+        if k != kind {
+            return Err(Error::Fanout(format!("unexpected fan-out message kind {k}")));
+        }
+        if v != VERSION {
+            return Err(Error::Fanout(format!("fan-out format version {v}; this build reads {VERSION}")));
+        }
+        Ok(())
+    }
+    fn end(self) -> Result<()> {
+        if self.b.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Fanout("trailing bytes after a fan-out message".into()))
+        }
+    }
+}
+
+/// Decodes a writer's message.
+pub fn decode(bytes: &[u8]) -> Result<Message> {
+    let mut r = R { b: bytes };
+    let kind = *bytes.first().ok_or_else(short)?;
+    let msg = match kind {
+        FLUSH => {
+            r.header(FLUSH)?;
+            let stream = r.str()?;
+            let writer = r.u64()?;
+            let shape =
+                JournalShape { filter_pow2: r.u8()?, k: r.u8()?, key_index_max_keys: r.u32()?, bucket_ms: r.u32()? };
+            let epoch = Epoch(r.u64()?);
+            let generation = r.u32()?;
+            let flush_at_ms = r.i64()?;
+            let bucket_start_ms = r.i64()?;
+            let max_source_offset = r.i64()?;
+            let overflow = r.u8()? != 0;
+            let n = r.count(4)?;
+            let keys = (0..n).map(|_| r.u32()).collect::<Result<Vec<_>>>()?;
+            let n = r.count(8)?;
+            let exact = (0..n).map(|_| r.u64()).collect::<Result<Vec<_>>>()?;
+            let record = FlushRecord {
+                epoch,
+                generation,
+                keys,
+                exact,
+                overflow,
+                bucket_start_ms,
+                flush_at_ms,
+                max_source_offset,
+            };
+            Message::Flush { stream, writer, shape, record }
+        }
+        BEAT => {
+            r.header(BEAT)?;
+            let writer = r.u64()?;
+            let writer_url = r.str()?;
+            let n = r.count(40)?;
+            let mut streams = Vec::with_capacity(n);
+            for _ in 0..n {
+                let stream = r.str()?;
+                let epoch = r.u64()?;
+                let generation = r.u32()?;
+                let profile_json = r.str()?;
+                let touch_mode = r.u8()?;
+                let processed_through = r.i64()?;
+                let lag_source_offsets = r.i64()?;
+                let stream_epoch = r.i64()?;
+                let active_templates = r.i64()?;
+                let templates = if r.u8()? == 0 {
+                    None
+                } else {
+                    let n = r.count(8)?;
+                    Some((0..n).map(|_| Ok((r.str()?, r.str()?))).collect::<Result<Vec<_>>>()?)
+                };
+                streams.push(StreamBeat {
+                    stream,
+                    epoch,
+                    generation,
+                    profile_json,
+                    touch_mode,
+                    processed_through,
+                    lag_source_offsets,
+                    stream_epoch,
+                    active_templates,
+                    templates,
+                });
+            }
+            Message::Beat { writer, writer_url, streams }
+        }
+        k => return Err(Error::Fanout(format!("unexpected fan-out message kind {k}"))),
+    };
+    r.end()?;
+    Ok(msg)
+}
+
+/// Decodes an edge's interest.
+pub fn decode_interest(bytes: &[u8]) -> Result<Interest> {
+    let mut r = R { b: bytes };
+    r.header(INTEREST)?;
+    let edge = r.u64()?;
+    let ttl_ms = r.u32()?;
+    let n = r.count(28)?;
+    let mut streams = Vec::with_capacity(n);
+    for _ in 0..n {
+        let stream = r.str()?;
+        let (fine_waiters, coarse_waiters, broad_fine_waiters) = (r.u32()?, r.u32()?, r.u32()?);
+        let nk = r.count(4)?;
+        let keys = (0..nk).map(|_| r.u32()).collect::<Result<Vec<_>>>()?;
+        let nt = r.count(4)?;
+        let templates = (0..nt).map(|_| r.str()).collect::<Result<Vec<_>>>()?;
+        let nu = r.count(4)?;
+        let templates_used = (0..nu).map(|_| r.str()).collect::<Result<Vec<_>>>()?;
+        streams.push(StreamInterest {
+            stream,
+            fine_waiters,
+            coarse_waiters,
+            broad_fine_waiters,
+            keys,
+            templates,
+            templates_used,
+        });
+    }
+    r.end()?;
+    Ok(Interest { edge, ttl_ms, streams })
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn flush(keys: Vec<u32>, exact: Vec<u64>) -> Message {
+        Message::Flush {
+            stream: "orders/é".into(),
+            writer: 42,
+            shape: JournalShape { filter_pow2: 22, k: 4, key_index_max_keys: 32, bucket_ms: 100 },
+            record: FlushRecord {
+                epoch: Epoch(0xdead_beef),
+                generation: 7,
+                keys,
+                exact,
+                overflow: false,
+                bucket_start_ms: 1_700_000_000_000,
+                flush_at_ms: 1_700_000_000_100,
+                max_source_offset: -1,
+            },
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn flushes_round_trip(keys in prop::collection::vec(any::<u32>(), 0..200), exact in prop::collection::vec(any::<u64>(), 0..20)) {
+            let m = flush(keys, exact);
+            prop_assert_eq!(decode(&encode(&m)).unwrap(), m);
+        }
+
+        #[test]
+        fn no_prefix_or_corruption_is_misread_as_a_message(keys in prop::collection::vec(any::<u32>(), 0..50), cut in 0usize..400, flip in any::<(usize, u8)>()) {
+            let bytes = encode(&flush(keys, vec![1, 2]));
+            // Every proper prefix is refused.
+            let cut = cut % bytes.len();
+            prop_assert!(decode(&bytes[..cut]).is_err());
+            // A changed byte is refused or read as some message: never a panic.
+            let mut b = bytes.clone();
+            let i = flip.0 % b.len();
+            b[i] ^= flip.1 | 1;
+            let _ = decode(&b);
+            let _ = decode_interest(&b);
+        }
+    }
+
+    #[test]
+    fn beats_and_interest_round_trip() {
+        let beat = Message::Beat {
+            writer: 9,
+            writer_url: "http://127.0.0.1:8787".into(),
+            streams: vec![
+                StreamBeat {
+                    stream: "a".into(),
+                    epoch: 3,
+                    generation: 4,
+                    profile_json: "{\"kind\":\"state-protocol\"}".into(),
+                    touch_mode: 1,
+                    processed_through: 99,
+                    lag_source_offsets: 2,
+                    stream_epoch: 0,
+                    active_templates: 1,
+                    templates: Some(vec![("0123456789abcdef".into(), "users".into())]),
+                },
+                StreamBeat { stream: "b".into(), templates: None, ..Default::default() },
+            ],
+        };
+        assert_eq!(decode(&encode(&beat)).unwrap(), beat);
+        let interest = Interest {
+            edge: 5,
+            ttl_ms: 3000,
+            streams: vec![StreamInterest {
+                stream: "a".into(),
+                fine_waiters: 2,
+                coarse_waiters: 1,
+                broad_fine_waiters: 0,
+                keys: vec![1, 2, 3],
+                templates: vec!["0123456789abcdef".into()],
+                templates_used: vec!["0123456789abcdef".into()],
+            }],
+        };
+        assert_eq!(decode_interest(&encode_interest(&interest)).unwrap(), interest);
+        assert_eq!(decode(&encode_interest(&interest)).unwrap_err().code(), "ERR_FANOUT");
+    }
+
+    #[test]
+    fn another_version_is_refused_by_name() {
+        let mut b = encode(&flush(vec![1], vec![]));
+        b[1] = 2;
+        let e = decode(&b).unwrap_err();
+        assert!(e.to_string().contains("version 2"), "{e}");
+    }
+
+    #[test]
+    fn a_huge_count_is_refused_without_allocating_it() {
+        let mut b = encode(&flush(vec![], vec![]));
+        // The key count sits before the exact count (4 bytes) at the end.
+        let at = b.len() - 8;
+        b[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode(&b).is_err());
+    }
+}
