@@ -283,7 +283,11 @@ impl Fanout {
             if self.is_edge() {
                 if since_full >= beat || self.interest_dirty.swap(false, Ordering::AcqRel) {
                     since_full = Duration::ZERO;
-                    self.send(wire::encode_interest(&inner.interest_report(&self)));
+                    let report = inner.interest_report(&self);
+                    // Nothing to say: the writer lets what it holds expire.
+                    if !report.streams.is_empty() {
+                        self.send(wire::encode_interest(&report));
+                    }
                 }
             } else {
                 since_full = Duration::ZERO;

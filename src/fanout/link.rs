@@ -135,7 +135,11 @@ impl Role {
     }
 }
 
-async fn connect(opts: &FanoutOptions, stats: &Arc<LinkStats>) -> std::result::Result<async_nats::Client, String> {
+async fn connect(
+    opts: &FanoutOptions,
+    stats: &Arc<LinkStats>,
+    connected: mpsc::UnboundedSender<()>,
+) -> std::result::Result<async_nats::Client, String> {
     let st = stats.clone();
     async_nats::ConnectOptions::new()
         .name(format!("durable-touch {}", opts.prefix))
@@ -143,10 +147,13 @@ async fn connect(opts: &FanoutOptions, stats: &Arc<LinkStats>) -> std::result::R
         .max_reconnects(None)
         .reconnect_delay_callback(|attempt| Duration::from_millis((50 * attempt as u64).min(500)))
         .event_callback(move |event| {
-            let st = st.clone();
+            let (st, connected) = (st.clone(), connected.clone());
             async move {
                 match event {
-                    async_nats::Event::Connected => st.connected.store(true, Ordering::Relaxed),
+                    async_nats::Event::Connected => {
+                        st.connected.store(true, Ordering::Relaxed);
+                        let _ = connected.send(());
+                    }
                     async_nats::Event::Disconnected => st.connected.store(false, Ordering::Relaxed),
                     _ => {}
                 }
@@ -165,8 +172,11 @@ async fn run(
     mut on_message: OnMessage,
     stats: Arc<LinkStats>,
 ) {
+    // Every (re)connection: a writer makes sure its stream exists (a broker may have come back
+    // without its store).
+    let (connected_tx, mut connected) = mpsc::unbounded_channel();
     let client = tokio::select! {
-        c = connect(&opts, &stats) => match c {
+        c = connect(&opts, &stats, connected_tx) => match c {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("durable-touch fan-out: cannot connect to {}: {e}", opts.url);
@@ -182,6 +192,7 @@ async fn run(
     };
     // Incoming: the edges' interest (core NATS) or the writer's stream (an ordered consumer).
     let (in_tx, mut in_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let reconnected = Arc::new(tokio::sync::Notify::new());
     let reader = match role {
         Role::Writer => {
             let client = client.clone();
@@ -195,8 +206,8 @@ async fn run(
             })
         }
         Role::Edge => {
-            let (js, opts) = (js.clone(), opts.clone());
-            tokio::spawn(async move { consume(js, opts, in_tx).await })
+            let (js, opts, again) = (js.clone(), opts.clone(), reconnected.clone());
+            tokio::spawn(async move { consume(js, opts, in_tx, again).await })
         }
     };
     if role == Role::Writer {
@@ -206,6 +217,14 @@ async fn run(
         tokio::select! {
             biased;
             _ = &mut stop => break,
+            Some(()) = connected.recv() => {
+                match role {
+                    Role::Writer => ensure_stream(&js, &opts).await,
+                    // The consumer would notice a broker that came back only when its pull
+                    // expires (seconds): it starts again at once from where it was.
+                    Role::Edge => reconnected.notify_one(),
+                }
+            }
             Some(bytes) = rx.recv() => {
                 let n = bytes.len() as u64;
                 if client.publish(out_subject.clone(), bytes.into()).await.is_ok() {
@@ -256,15 +275,23 @@ async fn ensure_stream(js: &jetstream::Context, opts: &FanoutOptions) {
 
 /// An edge's ordered consumer of the writer's stream, from the oldest message retained; made
 /// again whenever it fails (the broker restarted, the stream was not there yet).
-async fn consume(js: jetstream::Context, opts: FanoutOptions, out: mpsc::UnboundedSender<Vec<u8>>) {
+async fn consume(
+    js: jetstream::Context,
+    opts: FanoutOptions,
+    out: mpsc::UnboundedSender<Vec<u8>>,
+    reconnected: Arc<tokio::sync::Notify>,
+) {
     let name = stream_name(&opts.prefix);
     let mut next: Option<u64> = None;
     loop {
         let started = async {
-            let stream = js.get_stream(&name).await.map_err(|e| e.to_string())?;
+            let mut stream = js.get_stream(&name).await.map_err(|e| e.to_string())?;
+            let last = stream.info().await.map_err(|e| e.to_string())?.state.last_sequence;
             let deliver_policy = match next {
-                None => DeliverPolicy::All,
-                Some(seq) => DeliverPolicy::ByStartSequence { start_sequence: seq },
+                // A stream made anew (the broker lost its store) numbers from 1 again: read it
+                // all; the mirrors see the writer's generations jump.
+                Some(seq) if last + 1 >= seq => DeliverPolicy::ByStartSequence { start_sequence: seq },
+                _ => DeliverPolicy::All,
             };
             let consumer = stream
                 .create_consumer(OrderedConfig { deliver_policy, ..Default::default() })
@@ -273,8 +300,12 @@ async fn consume(js: jetstream::Context, opts: FanoutOptions, out: mpsc::Unbound
             consumer.messages().await.map_err(|e| e.to_string())
         };
         if let Ok(mut messages) = started.await {
-            while let Some(m) = messages.next().await {
-                let Ok(m) = m else { break };
+            loop {
+                let m = tokio::select! {
+                    m = messages.next() => m,
+                    _ = reconnected.notified() => break,
+                };
+                let Some(Ok(m)) = m else { break };
                 if let Ok(info) = m.info() {
                     next = Some(info.stream_sequence + 1);
                 }

@@ -1,0 +1,404 @@
+// The fan-out over a real NATS JetStream server (issue 28): a writer TouchEngine publishes its
+// journals' flushes, edge TouchEngines mirror them and serve waits and meta with the writer's
+// cursors; gaps are never silent; the edges' interest reaches the writer.
+import assert from "node:assert/strict";
+import { rmSync } from "node:fs";
+import { join } from "node:path";
+import { test, dt, tempDir, rejectsWithCode, sleep } from "./harness.mjs";
+import { natsServerBinary, startNats } from "./support/nats-server.mjs";
+
+const { Store, TouchEngine, keys } = dt;
+
+const nats = natsServerBinary();
+if (!nats.bin) throw new Error(`the fan-out tests need nats-server: ${nats.reason}`);
+
+const POSTS = { entity: "public.posts", fields: [{ name: "authorId", encoding: "int64" }] };
+const TABLE = keys.tableKeyId("public.posts");
+const rec = (id, authorId, old) => {
+  const r = { type: "public.posts", key: String(id), value: { id, authorId }, headers: { operation: old ? "update" : "insert" } };
+  if (old) r.old_value = { id, authorId: old };
+  return JSON.stringify(r);
+};
+
+let prefixes = 0;
+const newPrefix = () => `t${process.pid}x${++prefixes}x${Math.floor(Math.random() * 1e6)}`;
+
+async function until(f, what, ms = 20_000) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await f();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(20);
+  }
+}
+
+/** A writer on a file store with stream `s` (touch on), publishing under `prefix`. */
+async function openWriter(dir, url, prefix, extra = {}) {
+  const store = Store.open(join(dir, "writer.sqlite"));
+  if (!(await store.getStream("s"))) await store.createStream("s", { contentType: "application/json" });
+  const engine = new TouchEngine(store, {
+    checkIntervalMs: 100,
+    fanout: { role: "writer", url, prefix, beatMs: 100, writerUrl: "http://writer.test:8787", ...extra },
+  });
+  engine.setTouchConfig("s", { enabled: true });
+  return { store, engine, close: async () => (await engine.close(), await store.close()) };
+}
+
+async function openEdge(url, prefix) {
+  const store = Store.open(":memory:");
+  const engine = new TouchEngine(store, { fanout: { role: "edge", url, prefix, beatMs: 100 } });
+  return { store, engine, close: async () => (await engine.close(), await store.close()) };
+}
+
+async function edgeMeta(edge) {
+  try {
+    return await edge.engine.meta("s");
+  } catch (e) {
+    if (e.code === "ERR_STREAM_NOT_FOUND") return null;
+    throw e;
+  }
+}
+
+/** Waits until the writer has processed and flushed everything and `edges` show its cursor. */
+async function settled(writer, ...edges) {
+  const { cursor } = await writer.engine.meta("s", { settle: "flush", timeoutMs: 10_000 });
+  for (const e of edges) await until(async () => (await edgeMeta(e))?.cursor === cursor, `an edge at ${cursor}`);
+  return cursor;
+}
+
+const check = (node, cursor, keyIds) => node.engine.wait({ stream: "s", cursor, keyIds, interestMode: "coarse", timeoutMs: 0 });
+
+async function withNats(fn) {
+  const dir = tempDir("dt-fanout-");
+  const server = await startNats({ bin: nats.bin, storeDir: join(dir, "jetstream") });
+  try {
+    await fn(server, dir);
+  } finally {
+    await server.stop();
+  }
+}
+
+test("a wait at an edge with the writer's cursor wakes on the flush that holds its key; cursors go between nodes", async () => {
+  await withNats(async (server, dir) => {
+    const prefix = newPrefix();
+    const writer = await openWriter(dir, server.url, prefix);
+    const [a, b] = [await openEdge(server.url, prefix), await openEdge(server.url, prefix)];
+    try {
+      const cursor = await settled(writer, a, b);
+      const wa = a.engine.wait({ stream: "s", cursor, keyIds: [TABLE], interestMode: "coarse", timeoutMs: 10_000 });
+      const other = b.engine.wait({ stream: "s", cursor, keyIds: [TABLE + 1], interestMode: "coarse", timeoutMs: 1_500 });
+      await sleep(50);
+      const ack = await writer.store.append("s", [rec(1, 7)]);
+      const ra = await wa;
+      assert.equal(ra.touched, true);
+      assert.equal(ra.bucketMaxSourceOffsetSeq, String(ack.lastOffset));
+      const after = await settled(writer, a, b);
+      assert.equal(ra.cursor, after, "the edge's cursor is the writer's");
+      const rb = await other;
+      assert.equal(rb.touched, false, "an untouched key does not wake at an edge");
+      assert.equal(rb.stale, undefined);
+      // An edge's cursor is valid at the writer and at the other edge, and means the same.
+      for (const node of [writer, a, b]) {
+        const before = await check(node, cursor, [TABLE]);
+        assert.equal(before.touched, true, "touched since the first cursor");
+        const now = await check(node, ra.cursor, [TABLE]);
+        assert.deepEqual([now.touched, now.stale], [false, undefined]);
+      }
+      const m = await a.engine.meta("s");
+      const wm = await writer.engine.meta("s");
+      assert.equal(m.walScannedThrough, wm.walScannedThrough, "meta carries the writer's checkpoint");
+      assert.equal(m.touchMode, wm.touchMode);
+    } finally {
+      await a.close();
+      await b.close();
+      await writer.close();
+    }
+  });
+});
+
+test("an edge refuses what only the writer does, naming the writer; it knows no other stream", async () => {
+  await withNats(async (server, dir) => {
+    const prefix = newPrefix();
+    const writer = await openWriter(dir, server.url, prefix);
+    const edge = await openEdge(server.url, prefix);
+    try {
+      await settled(writer, edge);
+      let err;
+      try {
+        edge.engine.activateTemplates("s", [POSTS]);
+      } catch (e) {
+        err = e;
+      }
+      assert.equal(err?.code, "ERR_EDGE_READ_ONLY");
+      assert.equal(err.writer, "http://writer.test:8787");
+      const e2 = await rejectsWithCode(
+        edge.engine.wait({ stream: "s", cursor: "now", keys: ["0000000000000001"], declareTemplates: [POSTS], timeoutMs: 100 }),
+        "ERR_EDGE_READ_ONLY",
+      );
+      assert.equal(e2.writer, "http://writer.test:8787");
+      await rejectsWithCode(edge.engine.wait({ stream: "nope", cursor: "now", keyIds: [1], timeoutMs: 10 }), "ERR_STREAM_NOT_FOUND");
+    } finally {
+      await edge.close();
+      await writer.close();
+    }
+  });
+});
+
+test("interest flows back: a fine wait held only at an edge gets fine-key wakes from the writer", async () => {
+  await withNats(async (server, dir) => {
+    const prefix = newPrefix();
+    const writer = await openWriter(dir, server.url, prefix);
+    const edge = await openEdge(server.url, prefix);
+    try {
+      const tpl = writer.engine.activateTemplates("s", [POSTS]).activated[0].templateId;
+      await writer.store.append("s", [rec(1, 7), rec(2, 8)]);
+      let cursor = await settled(writer, edge);
+      const k7 = keys.watchKey(tpl, ["7"]);
+      // Without any waiter the writer touches templates, not tuples: a wait on author 7 would
+      // wake for a change of author 8's post. Held at the edge, the wait makes author 7's key
+      // hot at the writer, which then touches tuple keys only.
+      const w = edge.engine.wait({ stream: "s", cursor, keys: [k7], templateIdsUsed: [tpl], timeoutMs: 20_000 });
+      await until(() => writer.engine.runtime("s").hotFineKeys >= 1, "the edge's interest at the writer");
+      const hot = writer.engine.runtime("s");
+      assert.ok(hot.fineWaitersActive >= 1, "the edge's waiter is counted at the writer");
+      await writer.store.append("s", [rec(2, 9, 8)]);
+      cursor = await settled(writer, edge);
+      const early = await Promise.race([w.then(() => "woken"), sleep(300).then(() => "waiting")]);
+      assert.equal(early, "waiting", "a change of another tuple does not wake the fine wait");
+      await writer.store.append("s", [rec(1, 10, 7)]);
+      const r = await w;
+      assert.equal(r.touched, true);
+      assert.equal(r.effectiveWaitKind, "fineKey");
+    } finally {
+      await edge.close();
+      await writer.close();
+    }
+  });
+});
+
+test("an edge restarted within retention replays and answers its old cursors precisely", async () => {
+  await withNats(async (server, dir) => {
+    const prefix = newPrefix();
+    const writer = await openWriter(dir, server.url, prefix);
+    let edge = await openEdge(server.url, prefix);
+    try {
+      await writer.store.append("s", [rec(1, 7)]);
+      const cursor = await settled(writer, edge);
+      await edge.close();
+      await writer.store.append("s", [rec(1, 8, 7)]);
+      const after = await settled(writer);
+      edge = await openEdge(server.url, prefix);
+      await settled(writer, edge);
+      const touched = await check(edge, cursor, [TABLE]);
+      assert.deepEqual([touched.touched, touched.stale], [true, undefined], "the change after the old cursor is known");
+      const none = await check(edge, cursor, [TABLE + 12345]);
+      assert.deepEqual([none.touched, none.stale], [false, undefined], "and nothing else is invented");
+      assert.equal((await check(edge, after, [TABLE])).touched, false);
+    } finally {
+      await edge.close();
+      await writer.close();
+    }
+  });
+});
+
+test("past retention an edge's old cursors answer stale, never a silent miss; then it follows again", async () => {
+  await withNats(async (server, dir) => {
+    const prefix = newPrefix();
+    const writer = await openWriter(dir, server.url, prefix, { maxAgeMs: 1_000 });
+    let edge = await openEdge(server.url, prefix);
+    try {
+      const cursor = await settled(writer, edge);
+      await edge.close();
+      await writer.store.append("s", [rec(1, 7)]);
+      await settled(writer);
+      await sleep(2_500); // the flush is past the stream's 1 s retention
+      edge = await openEdge(server.url, prefix);
+      const now = await settled(writer, edge);
+      const r = await check(edge, cursor, [TABLE + 999]);
+      assert.equal(r.stale, true, "a cursor older than what the edge could see is stale, even for an untouched key");
+      assert.equal(r.cursor, now);
+      // The writer itself still answers it precisely.
+      assert.equal((await check(writer, cursor, [TABLE])).touched, true);
+      const w = edge.engine.wait({ stream: "s", cursor: now, keyIds: [TABLE], interestMode: "coarse", timeoutMs: 10_000 });
+      await writer.store.append("s", [rec(2, 7)]);
+      assert.equal((await w).touched, true, "the edge follows again");
+    } finally {
+      await edge.close();
+      await writer.close();
+    }
+  });
+});
+
+test("the broker killed mid-load and restarted: no wait hangs, every edge answer matches the writer's or is stale", async () => {
+  await withNats(async (server, dir) => {
+    const prefix = newPrefix();
+    const writer = await openWriter(dir, server.url, prefix);
+    const edge = await openEdge(server.url, prefix);
+    try {
+      const cursors = [await settled(writer, edge)];
+      let writing = true;
+      let n = 0;
+      const writes = (async () => {
+        while (writing) {
+          const id = n++ % 20;
+          await writer.store.append("s", [JSON.stringify({ type: `t${id}`, key: "1", value: { id: n }, headers: { operation: "insert" } })]);
+          if (n % 5 === 0) cursors.push((await writer.engine.meta("s")).cursor);
+          await sleep(10);
+        }
+      })();
+      // Wait chains at the edge: each re-waits from the cursor its reply gave.
+      let chains = true;
+      const chain = async (table) => {
+        let cursor = cursors[0];
+        let replies = 0;
+        while (chains) {
+          const r = await edge.engine.wait({ stream: "s", cursor, keyIds: [keys.tableKeyId(table)], interestMode: "coarse", timeoutMs: 1_000 });
+          cursor = r.cursor;
+          replies++;
+        }
+        return replies;
+      };
+      const running = ["t1", "t2", "t3", "t19"].map(chain);
+      await sleep(500);
+      await server.kill();
+      await sleep(5_000);
+      await server.start();
+      await sleep(1_000);
+      writing = false;
+      await writes;
+      await settled(writer, edge);
+      chains = false;
+      const replies = await Promise.race([Promise.all(running), sleep(30_000).then(() => null)]);
+      assert.ok(replies, "every wait chain ended (no wait hangs)");
+      assert.ok(replies.every((r) => r > 0));
+      let stale = 0;
+      let compared = 0;
+      for (const c of cursors) {
+        for (let t = 0; t < 20; t++) {
+          const k = [keys.tableKeyId(`t${t}`)];
+          const [w, e] = [await check(writer, c, k), await check(edge, c, k)];
+          if (e.stale) {
+            stale++;
+            continue;
+          }
+          compared++;
+          assert.equal(e.touched, w.touched, `cursor ${c}, table t${t}: edge ${e.touched}, writer ${w.touched}`);
+        }
+      }
+      assert.ok(compared > 0, `some answers compared (${stale} stale)`);
+    } finally {
+      await edge.close();
+      await writer.close();
+    }
+  });
+}, { timeout: 90_000 });
+
+test("the broker restarted without its store: the edge's older cursors answer stale, then it follows", async () => {
+  await withNats(async (server, dir) => {
+    const prefix = newPrefix();
+    const writer = await openWriter(dir, server.url, prefix);
+    const edge = await openEdge(server.url, prefix);
+    try {
+      const before = await settled(writer, edge);
+      await server.kill();
+      rmSync(join(dir, "jetstream"), { recursive: true, force: true });
+      await writer.store.append("s", [rec(1, 7)]);
+      await writer.engine.meta("s", { settle: "flush", timeoutMs: 10_000 });
+      await server.start();
+      await writer.store.append("s", [rec(2, 7)]);
+      const now = await settled(writer, edge);
+      const stats = edge.engine.fanoutStats();
+      const r = await check(edge, before, [TABLE + 999]);
+      if (stats.gaps > 0) assert.equal(r.stale, true, "a cursor from before the lost records is stale at the edge");
+      else assert.deepEqual([r.touched, r.stale], [false, undefined], "nothing was lost: answered as the writer does");
+      assert.equal((await check(writer, before, [TABLE])).touched, true);
+      const e = await check(edge, before, [TABLE]);
+      assert.ok(e.stale || e.touched, "the change is never missed");
+      const w = edge.engine.wait({ stream: "s", cursor: now, keyIds: [TABLE], interestMode: "coarse", timeoutMs: 10_000 });
+      await writer.store.append("s", [rec(3, 7)]);
+      assert.equal((await w).touched, true, "the edge follows the new stream");
+    } finally {
+      await edge.close();
+      await writer.close();
+    }
+  });
+}, { timeout: 90_000 });
+
+test("a writer restarted is a new epoch the edges adopt", async () => {
+  await withNats(async (server, dir) => {
+    const prefix = newPrefix();
+    let writer = await openWriter(dir, server.url, prefix);
+    const edge = await openEdge(server.url, prefix);
+    try {
+      const old = await settled(writer, edge);
+      await writer.close();
+      writer = await openWriter(dir, server.url, prefix);
+      const now = await settled(writer, edge);
+      assert.notEqual(now.split(":")[0], old.split(":")[0], "a new epoch");
+      const r = await check(edge, old, [TABLE]);
+      assert.equal(r.stale, true);
+      assert.equal(r.cursor, now);
+      const w = edge.engine.wait({ stream: "s", cursor: now, keyIds: [TABLE], interestMode: "coarse", timeoutMs: 10_000 });
+      await writer.store.append("s", [rec(3, 1)]);
+      assert.equal((await w).touched, true);
+    } finally {
+      await edge.close();
+      await writer.close();
+    }
+  });
+});
+
+test("randomized: cursors carried between the writer and two edges answer alike over 100,000 waits", async () => {
+  await withNats(async (server, dir) => {
+    const prefix = newPrefix();
+    const writer = await openWriter(dir, server.url, prefix);
+    const edges = [await openEdge(server.url, prefix), await openEdge(server.url, prefix)];
+    const nodes = [writer, ...edges];
+    let seed = 12345;
+    const rand = (n) => {
+      seed = (seed * 1103515245 + 12345) & 0x7fffffff;
+      return seed % n;
+    };
+    try {
+      const tpl = writer.engine.activateTemplates("s", [POSTS]).activated[0].templateId;
+      const pool = [await settled(writer, ...edges)];
+      // Key sets as a coarse wait names them (ids) and as a fine one does (16-hex keys).
+      const keySets = [];
+      for (let t = 0; t < 30; t++) keySets.push({ ids: [keys.tableKeyId(`t${t}`)], hex: [keys.tableKey(`t${t}`)] });
+      for (let a = 0; a < 30; a++) keySets.push({ ids: [keys.watchKeyId(tpl, [String(a)])], hex: [keys.watchKey(tpl, [String(a)])] });
+      let waits = 0;
+      for (let round = 0; round < 12; round++) {
+        const rows = [];
+        for (let i = 0, m = 1 + rand(40); i < m; i++) {
+          rows.push(rand(2) ? JSON.stringify({ type: `t${rand(30)}`, key: String(rand(5)), value: { v: i }, headers: { operation: "insert" } }) : rec(rand(50), rand(30), rand(30)));
+        }
+        await writer.store.append("s", rows);
+        pool.push(await settled(writer, ...edges));
+        // A cursor handed out by one node, asked of another.
+        for (let q = 0; q < 3000; q++) {
+          const cursor = pool[rand(pool.length)];
+          const ks = keySets[rand(keySets.length)];
+          const fine = rand(2) === 0;
+          const ask = (node) =>
+            fine
+              ? node.engine.wait({ stream: "s", cursor, keys: ks.hex, templateIdsUsed: [tpl], timeoutMs: 0 })
+              : node.engine.wait({ stream: "s", cursor, keyIds: ks.ids, interestMode: "coarse", timeoutMs: 0 });
+          const answers = await Promise.all(nodes.map(ask));
+          waits += answers.length;
+          const [w, ...es] = answers;
+          for (const e of es) {
+            assert.equal(e.stale, undefined, `an edge that saw every record answers every cursor (${cursor})`);
+            assert.equal(e.touched, w.touched, `round ${round}, cursor ${cursor}, keys ${ks.hex}`);
+            assert.equal(e.cursor, w.cursor);
+          }
+        }
+      }
+      assert.ok(waits >= 100_000, `${waits} waits`);
+      for (const e of edges) assert.equal(e.engine.fanoutStats().gaps, 0);
+    } finally {
+      for (const e of edges) await e.close();
+      await writer.close();
+    }
+  });
+}, { timeout: 180_000 });
