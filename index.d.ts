@@ -421,6 +421,10 @@ export interface FanoutStats {
   dropped: number
   received: number
   receivedBytes: number
+  /** Writer: flush records published, and the key ids they carried. */
+  flushesSent: number
+  keysSent: number
+  /** Edge: records applied, replays ignored, gaps found, epochs adopted. */
   applied: number
   duplicates: number
   gaps: number

@@ -91,6 +91,10 @@ pub struct FanoutStatsJs {
     pub dropped: f64,
     pub received: f64,
     pub received_bytes: f64,
+    /// Writer: flush records published, and the key ids they carried.
+    pub flushes_sent: f64,
+    pub keys_sent: f64,
+    /// Edge: records applied, replays ignored, gaps found, epochs adopted.
     pub applied: f64,
     pub duplicates: f64,
     pub gaps: f64,
@@ -1266,6 +1270,8 @@ impl TouchEngine {
             dropped: s.dropped as f64,
             received: s.received as f64,
             received_bytes: s.received_bytes as f64,
+            flushes_sent: s.flushes_sent as f64,
+            keys_sent: s.keys_sent as f64,
             applied: s.applied as f64,
             duplicates: s.duplicates as f64,
             gaps: s.gaps as f64,

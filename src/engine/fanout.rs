@@ -64,6 +64,10 @@ pub struct FanoutStats {
     pub dropped: u64,
     pub received: u64,
     pub received_bytes: u64,
+    /// Writer: flush records published and the key ids they carried (bytes per touched key
+    /// = `sent_bytes / keys_sent`, beats included).
+    pub flushes_sent: u64,
+    pub keys_sent: u64,
     /// Edge: records applied, replays ignored, gaps found (by a record or a beat), epochs
     /// adopted.
     pub applied: u64,
@@ -75,6 +79,8 @@ pub struct FanoutStats {
 
 #[derive(Default)]
 struct Counters {
+    flushes_sent: u64,
+    keys_sent: u64,
     applied: u64,
     duplicates: u64,
     gaps: u64,
@@ -188,6 +194,9 @@ impl Fanout {
         Arc::new(move |record: &FlushRecord| {
             let msg = Message::Flush { stream: stream.clone(), writer: me.id, shape, record: record.clone() };
             me.send(wire::encode(&msg));
+            let mut c = me.counters.lock();
+            c.flushes_sent += 1;
+            c.keys_sent += record.keys.len() as u64;
         })
     }
 
@@ -206,6 +215,8 @@ impl Fanout {
         let c = self.counters.lock();
         let mut s = FanoutStats {
             role: if self.is_edge() { "edge" } else { "writer" },
+            flushes_sent: c.flushes_sent,
+            keys_sent: c.keys_sent,
             applied: c.applied,
             duplicates: c.duplicates,
             gaps: c.gaps,
