@@ -60,10 +60,18 @@ async function edgeMeta(edge) {
   }
 }
 
-/** Waits until the writer has processed and flushed everything and `edges` show its cursor. */
+/**
+ * Waits until the writer has processed and flushed everything and `edges` show its cursor and
+ * its touch mode (which plans waits).
+ */
 async function settled(writer, ...edges) {
-  const { cursor } = await writer.engine.meta("s", { settle: "flush", timeoutMs: 10_000 });
-  for (const e of edges) await until(async () => (await edgeMeta(e))?.cursor === cursor, `an edge at ${cursor}`);
+  const { cursor, touchMode } = await writer.engine.meta("s", { settle: "flush", timeoutMs: 10_000 });
+  for (const e of edges) {
+    await until(async () => {
+      const m = await edgeMeta(e);
+      return m?.cursor === cursor && m.touchMode === touchMode;
+    }, `an edge at ${cursor} (${touchMode})`);
+  }
   return cursor;
 }
 
@@ -349,7 +357,7 @@ test("a writer restarted is a new epoch the edges adopt", async () => {
   });
 });
 
-test("randomized: cursors carried between the writer and two edges answer alike over 100,000 waits", async () => {
+test("randomized: cursors carried between the writer and two edges answer alike over 100,000 waits, in every touch mode", async () => {
   await withNats(async (server, dir) => {
     const prefix = newPrefix();
     const writer = await openWriter(dir, server.url, prefix);
@@ -360,6 +368,15 @@ test("randomized: cursors carried between the writer and two edges answer alike 
       seed = (seed * 1103515245 + 12345) & 0x7fffffff;
       return seed % n;
     };
+    // Phases: fine; restricted by lag (bursts over a low degrade mark); fine tokens run out
+    // (coarse only). The config goes to the writer; the edges take it from its beats.
+    const phases = [
+      { enabled: true },
+      { enabled: true, lagDegradeFineTouchesAtSourceOffsets: 20, lagRecoverFineTouchesAtSourceOffsets: 5 },
+      { enabled: true, fineTouchBudgetPerBatch: 2, fineTokensPerSecond: 1, fineBurstTokens: 1 },
+    ];
+    /** @type {Promise<unknown> | null} */
+    let parked = null;
     try {
       const tpl = writer.engine.activateTemplates("s", [POSTS]).activated[0].templateId;
       const pool = [await settled(writer, ...edges)];
@@ -367,16 +384,21 @@ test("randomized: cursors carried between the writer and two edges answer alike 
       const keySets = [];
       for (let t = 0; t < 30; t++) keySets.push({ ids: [keys.tableKeyId(`t${t}`)], hex: [keys.tableKey(`t${t}`)] });
       for (let a = 0; a < 30; a++) keySets.push({ ids: [keys.watchKeyId(tpl, [String(a)])], hex: [keys.watchKey(tpl, [String(a)])] });
+      // A fine waiter parked at an edge all along: the writer's batches are never idle.
+      parked = edges[0].engine.wait({ stream: "s", cursor: pool[0], keys: [keys.watchKey(tpl, ["-1"])], templateIdsUsed: [tpl], timeoutMs: 120_000 });
       let waits = 0;
-      for (let round = 0; round < 12; round++) {
+      const modes = new Set();
+      for (let round = 0; round < 15; round++) {
+        if (round % 5 === 0) writer.engine.setTouchConfig("s", phases[(round / 5) % phases.length]);
         const rows = [];
-        for (let i = 0, m = 1 + rand(40); i < m; i++) {
+        for (let i = 0, m = 1 + rand(round % 5 === 1 ? 200 : 40); i < m; i++) {
           rows.push(rand(2) ? JSON.stringify({ type: `t${rand(30)}`, key: String(rand(5)), value: { v: i }, headers: { operation: "insert" } }) : rec(rand(50), rand(30), rand(30)));
         }
         await writer.store.append("s", rows);
         pool.push(await settled(writer, ...edges));
+        modes.add((await writer.engine.meta("s")).touchMode);
         // A cursor handed out by one node, asked of another.
-        for (let q = 0; q < 3000; q++) {
+        for (let q = 0; q < 2500; q++) {
           const cursor = pool[rand(pool.length)];
           const ks = keySets[rand(keySets.length)];
           const fine = rand(2) === 0;
@@ -389,16 +411,19 @@ test("randomized: cursors carried between the writer and two edges answer alike 
           const [w, ...es] = answers;
           for (const e of es) {
             assert.equal(e.stale, undefined, `an edge that saw every record answers every cursor (${cursor})`);
-            assert.equal(e.touched, w.touched, `round ${round}, cursor ${cursor}, keys ${ks.hex}`);
+            assert.equal(e.touched, w.touched, `round ${round}, cursor ${cursor}, keys ${ks.hex}, mode ${[...modes].pop()}`);
+            assert.equal(e.effectiveWaitKind, w.effectiveWaitKind);
             assert.equal(e.cursor, w.cursor);
           }
         }
       }
       assert.ok(waits >= 100_000, `${waits} waits`);
       for (const e of edges) assert.equal(e.engine.fanoutStats().gaps, 0);
+      assert.ok(modes.size >= 2, `the phases ran in more than one touch mode: ${[...modes]}`);
     } finally {
       for (const e of edges) await e.close();
       await writer.close();
+      await parked;
     }
   });
 }, { timeout: 180_000 });
