@@ -146,6 +146,16 @@ test("an edge refuses what only the writer does, naming the writer; it knows no 
       );
       assert.equal(e2.writer, "http://writer.test:8787");
       await rejectsWithCode(edge.engine.wait({ stream: "nope", cursor: "now", keyIds: [1], timeoutMs: 10 }), "ERR_STREAM_NOT_FOUND");
+      // What would process or re-read profiles from the edge's own (empty) store leaves the
+      // mirrored stream alone.
+      const before = (await edge.engine.meta("s")).cursor;
+      const parked = edge.engine.wait({ stream: "s", cursor: before, keyIds: [TABLE], interestMode: "coarse", timeoutMs: 20_000 });
+      await edge.engine.tick();
+      edge.engine.reloadProfiles();
+      const early = await Promise.race([parked.then(() => "answered"), sleep(300).then(() => "parked")]);
+      assert.equal(early, "parked", "the wait was not answered as if the stream were gone");
+      await writer.store.append("s", [rec(1, 2)]);
+      assert.equal((await parked).touched, true);
     } finally {
       await edge.close();
       await writer.close();

@@ -536,9 +536,11 @@ impl Inner {
             }
             drop(rt);
         }
-        let mut c = fanout.counters.lock();
+        // Outside every lock: catching up wakes waiters, whose replies call into the engine.
         for (journal, epoch, generation) in positions {
-            match journal.catch_up(epoch, generation) {
+            let caught = journal.catch_up(epoch, generation);
+            let mut c = fanout.counters.lock();
+            match caught {
                 crate::journal::CaughtUp::InStep => {}
                 crate::journal::CaughtUp::Gap { .. } => c.gaps += 1,
                 crate::journal::CaughtUp::Adopted => c.adopted += 1,

@@ -691,6 +691,10 @@ impl Inner {
     /// adopted: the stream keeps the config it has, so its routes keep answering and its
     /// journal and cursors survive until a valid profile is read (deviations.md, B7).
     pub(crate) fn reload_profiles(&self, streams: Option<Vec<String>>) -> Result<()> {
+        if self.is_edge() {
+            // An edge's profiles come with the writer's beats.
+            return Ok(());
+        }
         let all = streams.is_none();
         let read: Vec<(String, Option<std::result::Result<StateProtocolProfile, String>>)> = blocking(|r| {
             self.store.query(

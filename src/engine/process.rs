@@ -375,6 +375,10 @@ impl Inner {
         profile_seq: u64,
         now: i64,
     ) -> Result<bool> {
+        if self.is_edge() {
+            // An edge's streams live in the writer's file, not in its own store.
+            return Ok(false);
+        }
         let n = name.to_string();
         let (row, state) = blocking(|r| {
             self.store.query(move |c| Ok((crate::store::query_stream(c, &n)?, profile::get_touch_state(c, &n)?)), r)
