@@ -9,10 +9,11 @@
 // no node:sqlite) and the swapped one runs every connection on durable-touch's SQLite, and
 // under Node 22 (a real binary from the npm registry's `node` package, installed once into
 // node_modules/.cache: support/node-binary.mjs), where both run, the unswapped one on
-// node:sqlite.
+// node:sqlite. The layouts: npm's, a pnpm-like one (symlinks, a store's hard links) and a
+// global install (`npm install -g --prefix` of the packed packages, swapped by the global bin).
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { test, tempDir, isBun } from "./harness.mjs";
@@ -22,6 +23,7 @@ import { swapChunk, SUPPORTED } from "../lib/swap-local.mjs";
 import { tokenize, topLevelStatements } from "../lib/js-regions.mjs";
 import { LOCAL_PACKAGE_DIR, npmProject as makeNpmProject, pnpmProject } from "./support/local-copies.mjs";
 import { nodeBinary } from "./support/node-binary.mjs";
+import { packDurableTouch, run } from "./support/pack.mjs";
 
 const CHUNK = SUPPORTED[0].chunk;
 const available = existsSync(join(LOCAL_PACKAGE_DIR, CHUNK)) && existsSync(BUN);
@@ -325,3 +327,65 @@ test("a pnpm-like layout: the symlinked package is swapped where it lives, the s
   assert.ok(!existsSync(join(real, `${CHUNK}.orig`)));
   rmSync(project, { recursive: true, force: true });
 }, { timeout: 30_000, skip: !available || !NODE });
+
+test("a global install (npm install -g --prefix): refused, writing nothing, until durable-touch and better-result resolve from the package; then the global bin swaps it, it serves the touch flows, and --undo restores it", async () => {
+  // The tarballs a registry would serve: @prisma/streams-local as installed here, durable-touch
+  // and its binary package as published. Their dependencies come from npm's cache (or the registry).
+  const packs = fresh("packs-");
+  run("npm", ["pack", "--ignore-scripts", "--silent", "--pack-destination", packs, LOCAL_PACKAGE_DIR], packs);
+  const localTarball = join(packs, "prisma-streams-local-0.1.11.tgz");
+  const dt = packDurableTouch(packs);
+  const prefix = fresh("global-");
+  const installGlobal = (...specs) => run("npm", ["install", "-g", "--prefix", prefix, "--ignore-scripts", "--prefer-offline", "--no-audit", "--no-fund", "--loglevel", "error", ...specs], prefix);
+  installGlobal(localTarball);
+  const globalRoot = run("npm", ["root", "-g", "--prefix", prefix], prefix).trim();
+  assert.equal(globalRoot, join(prefix, "lib", "node_modules"));
+  const pkg = join(globalRoot, "@prisma", "streams-local");
+  const before = snapshot(pkg);
+  assert.ok(before.has(CHUNK) && !before.has(`${CHUNK}.orig`));
+
+  // Only the package installed globally: durable-touch resolves from nowhere above it.
+  let r = cli(pkg);
+  assert.equal(r.status, 1, r.stdout);
+  assert.equal(r.stdout, "");
+  assert.match(r.stderr.trim(), /^durable-touch swap: durable-touch\/compat does not resolve from .*\/lib\/node_modules\/@prisma\/streams-local\/dist\/local: install durable-touch where it resolves .*; nothing was changed$/);
+  assertSameFiles(snapshot(pkg), before, "refused: no durable-touch");
+
+  // durable-touch installed globally beside it resolves, but its optional peer better-result
+  // does not: npm installs the package's own copy under @prisma/streams-local/node_modules.
+  installGlobal(dt.main, dt.binary);
+  const bin = join(prefix, "bin", "durable-touch");
+  const globalCli = (...args) => spawnSync(bin, ["swap", ...args], { encoding: "utf8" });
+  r = globalCli(pkg);
+  assert.equal(r.status, 1, r.stdout);
+  assert.equal(r.stdout, "");
+  assert.match(r.stderr.trim(), /^durable-touch swap: better-result does not resolve from durable-touch \(.*\/lib\/node_modules\/durable-touch\): install it next to durable-touch; nothing was changed$/);
+  assertSameFiles(snapshot(pkg), before, "refused: no better-result beside durable-touch");
+
+  // With better-result installed globally too (the version the package got), the global bin swaps it.
+  const betterResult = JSON.parse(readFileSync(join(pkg, "node_modules", "better-result", "package.json"), "utf8")).version;
+  installGlobal(`better-result@${betterResult}`);
+  r = globalCli(pkg);
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.stdout, `${LOG_SWAPPED}\n`);
+  const swappedFiles = snapshot(pkg);
+  assert.deepEqual([...swappedFiles.keys()].sort(), [...before.keys(), `${CHUNK}.orig`].sort());
+  assert.ok(swappedFiles.get(`${CHUNK}.orig`).equals(before.get(CHUNK)), "the original is kept");
+
+  // Started by a script in the global node_modules (as a globally installed tool imports it):
+  // the package and durable-touch both resolve from the global root.
+  const tool = join(globalRoot, "dt-global-tool");
+  mkdirSync(tool);
+  const expected = visible(await plainBunOnce());
+  for (const [runtime, label] of [["bun", "swapped globally, Bun"], [NODE, `swapped globally, Node ${NODE_VERSION}`]]) {
+    const served = await drive(tool, runtime);
+    checkRun(served, label);
+    assert.deepEqual(visible(served), expected, label);
+    assert.ok(served.uses.nativeSqliteConnections > 0, `${label}: durable-touch's connections`);
+  }
+
+  r = globalCli(pkg, "--undo");
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.stdout, `${CHUNK}: restored the original\n`);
+  assertSameFiles(snapshot(pkg), before, "undone");
+}, { timeout: 90_000, skip: !available || !NODE });

@@ -3,33 +3,21 @@
 // isolatedModules), under Node and Bun. The installed loader finds the binary in the platform
 // package (the tarball of the main package holds no .node file).
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
-import { copyFileSync, existsSync, readdirSync, writeFileSync } from "node:fs";
-import { join, dirname } from "node:path";
-import { fileURLToPath } from "node:url";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { test, tempDir } from "./harness.mjs";
+import { ROOT as root } from "./reference.mjs";
+import { packDurableTouch, run } from "./support/pack.mjs";
 
-const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-const BIN = "durable-touch.linux-x64-gnu.node";
 const bun = join(root, "node_modules", ".bin", "bun");
 const tsc = join(root, "node_modules", ".bin", "tsc");
 const node = process.env.NODE_BINARY ?? "node";
 
-function run(cmd, args, cwd) {
-  const r = spawnSync(cmd, args, { cwd, encoding: "utf8", env: { ...process.env, npm_config_fund: "false", npm_config_audit: "false" } });
-  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed (${r.status}): ${r.stdout}\n${r.stderr}`);
-  return r.stdout;
-}
-
 test("npm pack installs into a fresh folder and works from .mjs, .cjs and .ts under Node and Bun", async () => {
-  assert.ok(existsSync(join(root, BIN)), "the native module is built");
-  copyFileSync(join(root, BIN), join(root, "npm", "linux-x64-gnu", BIN));
   const packs = tempDir("dt-pack-");
-  run("npm", ["pack", "--ignore-scripts", "--silent", "--pack-destination", packs], root);
-  run("npm", ["pack", "--ignore-scripts", "--silent", "--pack-destination", packs], join(root, "npm", "linux-x64-gnu"));
-  const tarballs = readdirSync(packs).filter((f) => f.endsWith(".tgz")).map((f) => join(packs, f));
-  assert.equal(tarballs.length, 2);
-  const list = run("tar", ["tzf", tarballs.find((t) => !t.includes("linux-x64-gnu"))], packs);
+  const { main, binary } = packDurableTouch(packs);
+  const tarballs = [main, binary];
+  const list = run("tar", ["tzf", main], packs);
   assert.ok(!list.includes(".node"), "the main tarball carries no binary");
   assert.ok(list.includes("package/index.d.ts") && list.includes("package/lib/server.mjs") && list.includes("package/bin/durable-touch.mjs"));
 

@@ -6,9 +6,11 @@
 //   node bench/local.mjs [--rounds 1] [--sides unswapped-bun,swapped-bun,swapped-node] ...
 //
 // Sides: `<unswapped|swapped>-<bun|node|node22>`: the runtime is Bun, this Node (the unswapped
-// package needs Node 22's node:sqlite, so not on Node 20), or the Node 22 the tests installed
-// (node_modules/.cache/durable-touch/node-22). Each round starts every side once, on a fresh
-// data dir, in rotating order, and measures, one after the other:
+// package needs Node 22's node:sqlite, so not on Node 20), or Node 22 from the npm registry's
+// `node` package, as the tests use it (__test__/support/node-binary.mjs: cached in
+// node_modules/.cache/durable-touch/node-22, installed there first if missing). By default
+// every side but `unswapped-node` (which needs the bench itself on Node 22). Each round starts
+// every side once, on a fresh data dir, in rotating order, and measures, one after the other:
 //
 // - wake p50 / p99: `--wakes` table-key wakes in a row on one stream (a wait parked, 30 ms later
 //   a one-row append: ms from the append's request to the wait's reply; each next wait from the
@@ -23,9 +25,10 @@
 //   20 ms, at most 4 in flight) of State Protocol inserts on a stream with a template active
 //   and two waiter chains (one table key, one watch key) woken as it goes; rows/s acknowledged,
 //   append ack p50 / p99, the processor's lag behind the acknowledged tail (meta's
-//   walScannedThrough every 200 ms: p50 and max, rows), ms from the last ack until everything
-//   is processed, processed rows/s (acknowledged rows over writing time plus that catch-up),
-//   and the process's CPU while writing (cores).
+//   walScannedThrough every 200 ms while writing: p50 and max, rows), ms from the last ack
+//   until everything is processed (meta polled every 10 ms from the last ack), processed rows/s
+//   (acknowledged rows over writing time plus that catch-up), and the process's CPU while
+//   writing (cores).
 //
 // Prints one JSON line: per side the median of each metric over the rounds, the median of the
 // per-round ratios against `unswapped-bun` (> 1: that side is better; not for lags and wake
@@ -33,13 +36,14 @@
 // a core, and keeping up at 5,000 rows/s (≥ 95% acknowledged, and everything processed within
 // a second of the last ack). Also appended to bench/out/results.jsonl.
 import { spawn, spawnSync } from "node:child_process";
-import { appendFileSync, copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync } from "node:fs";
+import { appendFileSync, copyFileSync, cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { swap } from "../lib/swap.mjs";
 import { decodeOffset } from "../lib/offsets.mjs";
+import { nodeBinary } from "../__test__/support/node-binary.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, "..");
@@ -55,10 +59,9 @@ const SECONDS = Number(opt("seconds", 5));
 const WAKES = Math.max(1, Math.floor(Number(opt("wakes", 100))));
 const FIRST = Math.max(1, Math.floor(Number(opt("first", 5))));
 const IDLE_SECONDS = Number(opt("idle", 5));
-const SIDES = String(opt("sides", "unswapped-bun,swapped-bun,swapped-node")).split(",");
+const SIDES = String(opt("sides", "unswapped-bun,swapped-bun,swapped-node,unswapped-node22,swapped-node22")).split(",");
 const BASELINE = "unswapped-bun";
 const BUN = join(root, "node_modules", ".bin", "bun");
-const NODE22 = join(root, "node_modules", ".cache", "durable-touch", "node-22", "node_modules", "node", "bin", "node");
 const LOCAL_PACKAGE = join(root, "node_modules", "@prisma", "streams-local");
 const CLK_TCK = Number(spawnSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).stdout.trim()) || 100;
 const ENTITY = "public.posts";
@@ -66,10 +69,15 @@ const JSON_HEADERS = { "content-type": "application/json" };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const now = () => performance.now();
 
+let NODE22 = null;
 for (const side of SIDES) {
   const [kind, runtime] = side.split("-");
   if (!["unswapped", "swapped"].includes(kind) || !["bun", "node", "node22"].includes(runtime)) throw new Error(`unknown side ${side}`);
-  if (runtime === "node22" && !existsSync(NODE22)) throw new Error(`${side}: no Node 22 at ${NODE22} (the tests install it: node --test __test__/compat-swap-local.spec.mjs)`);
+  if (runtime === "node22" && NODE22 === null) {
+    const n = nodeBinary(22);
+    if (!n.bin) throw new Error(`${side}: no Node 22 (${n.reason})`);
+    NODE22 = n.bin;
+  }
   if (side === `unswapped-node` && Number(process.versions.node.split(".")[0]) < 22) throw new Error(`${side}: the unswapped package needs Node 22 (node:sqlite); this is ${process.version}`);
 }
 if (!SIDES.includes(BASELINE)) SIDES.unshift(BASELINE);
@@ -218,9 +226,10 @@ async function keepUp(srv, rate) {
   const sampler = (async () => {
     while (writing) {
       await sleep(200);
+      if (!writing) break;
       const m = await call(base, `/v1/stream/${name}/touch/meta`);
       const scanned = decodeOffset(m.body.walScannedThrough)?.seq ?? -1n;
-      lags.push(Number(ackedSeq - scanned > 0n ? ackedSeq - scanned : 0n));
+      if (writing) lags.push(Number(ackedSeq - scanned > 0n ? ackedSeq - scanned : 0n));
     }
   })();
   const cpu0 = cpuSeconds(srv.pid);
@@ -250,7 +259,8 @@ async function keepUp(srv, rate) {
   const writeEnd = now();
   const cpu1 = cpuSeconds(srv.pid);
   writing = false;
-  await sampler;
+  // Polled from the last ack on (not after the sampler's pending sleep, which would add up to
+  // 200 ms of the bench's own to the catch-up): resolution ~10 ms plus a meta round trip.
   let catchUpMs = null;
   for (;;) {
     const m = await call(base, `/v1/stream/${name}/touch/meta`);
@@ -261,6 +271,7 @@ async function keepUp(srv, rate) {
     if (now() - writeEnd > 30_000) break;
     await sleep(10);
   }
+  await sampler;
   done = true;
   const wakes = await Promise.all(chains);
   const writeSeconds = (writeEnd - t0) / 1000;

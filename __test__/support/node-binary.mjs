@@ -8,9 +8,12 @@
 // on PATH and the registry reachable the first time; without them `nodeBinary` says why.
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync } from "node:fs";
-import { join } from "node:path";
-import { ROOT } from "../reference.mjs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 
+// The checkout's root, found from this file (not from ../reference.mjs, which loads the native
+// module and the test API: bench/local.mjs imports this file too).
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const CACHE = join(ROOT, "node_modules", ".cache", "durable-touch");
 
 const binIn = (dir) => join(dir, "node_modules", "node", "bin", "node");
