@@ -68,6 +68,9 @@ pub struct StreamRt {
     pub fine_per_row: f64,
     /// The tuples the stream's rows were last seen in (complete mode, B5).
     pub tuples: TupleMemory,
+    /// When the stream was first notified of rows no batch has processed yet (wall ms): an
+    /// idle stream's batch waits until IDLE_DEFER_MS after it (see `Inner::tick`).
+    pub dirty_since_ms: Option<i64>,
 }
 
 /// The options of a stream's journal, from `touch.memory` (M20); the hot-interest fields of
@@ -109,6 +112,7 @@ impl StreamRt {
             late_templates: Vec::new(),
             fine_per_row: 0.0,
             tuples: TupleMemory::default(),
+            dirty_since_ms: None,
         }
     }
 

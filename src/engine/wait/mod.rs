@@ -207,6 +207,8 @@ impl TouchEngine {
             }
             (j, lease)
         };
+        // Rows the loop left unprocessed while nobody listened are processed now.
+        self.inner.poke_if_deferred(stream);
         let release = {
             let inner = self.inner.clone();
             let name = stream.to_string();
