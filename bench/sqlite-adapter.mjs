@@ -3,6 +3,7 @@
 // (`compat/sqlite-adapter.mjs` → the SQLite inside durable-touch), alternated in one run.
 //
 //   node_modules/.bin/bun bench/sqlite-adapter.mjs [--rounds 3] [--rows 20000] [--sync OFF]
+//        [--payload 1024] [--fresh]
 //
 // Bun only (the reference adapter needs bun:sqlite). Each round runs both sides, in alternating
 // order, each on a fresh file with the server's schema (`initSchema` from its db/schema.ts,
@@ -10,7 +11,10 @@
 // = --sync (OFF by default, so the figures measure the adapters rather than this VM's fsync).
 // The statements are the server's (db/db.ts, ingest.ts):
 //   ingest   appendWalRows: per transaction getStream + 100 × insertWal (1 KB payload Uint8Array,
-//            bigint offset and time, null routing key, content type) + updateStreamAppend
+//            bigint offset and time, null routing key, content type) + updateStreamAppend;
+//            --payload sets the payload's bytes, --fresh encodes a new payload per row (as the
+//            server's append does, `TextEncoder.encode` of each record: under Bun a payload
+//            of fewer than 1,000 bytes is then a typed array with no ArrayBuffer of its own)
 //   get      getStream: the 26-column point SELECT by primary key
 //   iterate  iterWalRange: prepare, iterate every WAL row of the stream (5 columns), finalize
 //   update   a one-row UPDATE (setStreamLogicalSizeBytes) by run()
@@ -34,6 +38,8 @@ const arg = (name, def) => {
 const ROUNDS = Number(arg("rounds", 3));
 const ROWS = Number(arg("rows", 20_000));
 const SYNC = String(arg("sync", "OFF"));
+const PAYLOAD = Math.max(1, Number(arg("payload", 1024)));
+const FRESH = process.argv.includes("--fresh");
 const PER_TX = 100;
 
 const reference = await import(join(REF, "sqlite", "adapter.ts"));
@@ -68,10 +74,12 @@ const INSERT_STREAM = `INSERT INTO streams(stream, created_at_ms, updated_at_ms,
 
 const STREAM = "bench-stream";
 const payloads = Array.from({ length: 64 }, (_, i) => {
-  const p = new Uint8Array(1024);
+  const p = new Uint8Array(PAYLOAD);
   for (let j = 0; j < p.length; j++) p[j] = 32 + ((i * 31 + j * 7) % 90);
   return p;
 });
+const texts = payloads.map((p) => new TextDecoder().decode(p));
+const encoder = new TextEncoder();
 
 const now = () => Bun.nanoseconds() / 1e6;
 
@@ -98,7 +106,7 @@ function runSide(open) {
         let bytes = 0n;
         const n = Math.min(PER_TX, ROWS - done);
         for (let i = 0; i < n; i++) {
-          const p = payloads[(done + i) & 63];
+          const p = FRESH ? encoder.encode(texts[(done + i) & 63]) : payloads[(done + i) & 63];
           bytes += BigInt(p.byteLength);
           insertWal.run(STREAM, offset, t0 + offset, p, p.byteLength, null, "application/json", 0);
           offset += 1n;
@@ -127,7 +135,7 @@ function runSide(open) {
     }
     stmt.finalize();
     out.iterate = rows / ((now() - start) / 1000);
-    if (rows !== ROWS || bytes !== ROWS * 1024) throw new Error(`iterate: ${rows} rows, ${bytes} bytes`);
+    if (rows !== ROWS || bytes !== ROWS * PAYLOAD) throw new Error(`iterate: ${rows} rows, ${bytes} bytes`);
 
     // update
     const setSize = db.query(SET_SIZE);

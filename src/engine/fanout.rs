@@ -403,7 +403,7 @@ impl Inner {
             }
         };
         let now = wall_ms();
-        let mut heartbeats = Vec::new();
+        let (mut heartbeats, mut reported) = (Vec::new(), Vec::new());
         {
             let mut st = self.state.lock();
             for si in report.streams {
@@ -423,9 +423,14 @@ impl Inner {
                     },
                 );
                 if !si.templates_used.is_empty() {
-                    heartbeats.push((si.stream, si.templates_used));
+                    heartbeats.push((si.stream.clone(), si.templates_used));
                 }
+                reported.push(si.stream);
             }
+        }
+        // Rows left for later while nobody listened are processed now: an edge listens.
+        for stream in &reported {
+            self.poke_if_deferred(stream);
         }
         let engine = TouchEngine { inner: self.clone() };
         for (stream, ids) in heartbeats {

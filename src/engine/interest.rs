@@ -46,6 +46,8 @@ impl TouchEngine {
             let rt = st.streams.get_mut(stream).ok_or_else(|| Error::TouchNotEnabled("touch not enabled".into()))?;
             rt.hot.get_or_insert_with(HotState::default).begin(mode, key_ids, template_ids, &limits, wall_ms())
         };
+        // Rows the loop left unprocessed while nobody listened are processed now.
+        self.inner.poke_if_deferred(stream);
         let mut leases = self.inner.leases.lock();
         leases.next += 1;
         let id = leases.next;

@@ -137,6 +137,10 @@ pub(crate) struct State {
     pub foreign: HashSet<String>,
     /// Numbers profile adoptions ([`StreamRt::profile_seq`]).
     pub profile_seq: u64,
+    /// Dirty streams the last tick left for later because nobody listens to them (idle), and
+    /// when the first of them is due (`Inner::tick`).
+    pub deferred: HashSet<String>,
+    pub deferred_until: Option<std::time::Instant>,
 }
 
 impl State {
@@ -245,6 +249,8 @@ impl TouchEngine {
                 last_profile_poll_ms: now,
                 foreign: HashSet::new(),
                 profile_seq: 0,
+                deferred: HashSet::new(),
+                deferred_until: None,
             }),
             registry: TemplateRegistry::default(),
             stats: StatsCollector::new(None),
@@ -565,10 +571,29 @@ impl Inner {
         if self.closed.load(Ordering::Acquire) {
             return;
         }
-        self.state.lock().mark_dirty(stream);
+        {
+            let mut st = self.state.lock();
+            if let Some(rt) = st.streams.get_mut(stream) {
+                rt.dirty_since_ms.get_or_insert_with(wall_ms);
+            }
+            st.mark_dirty(stream);
+            // An idle stream the loop deferred: the loop wakes at its deadline (or when someone
+            // starts listening, `poke_if_deferred`), not at every append.
+            if st.deferred.contains(stream) {
+                return;
+            }
+        }
         let mut s = self.signal.lock();
         s.pending = true;
         self.wake.notify_one();
+    }
+
+    /// Wakes the loop if it deferred `stream` as idle: a waiter (or a settle) now listens, so
+    /// its rows are processed at once.
+    pub(crate) fn poke_if_deferred(&self, stream: &str) {
+        if self.state.lock().deferred.contains(stream) {
+            self.poke();
+        }
     }
 
     fn stop_loop(&self) {

@@ -31,6 +31,12 @@ pub(crate) const SETTLE_POLL: Duration = Duration::from_millis(2);
 /// The least time between two checkpoint writes of a stream (see `Inner::set_checkpoint`).
 const CHECKPOINT_PERSIST_MS: i64 = 100;
 
+/// How long the loop leaves an idle stream's rows unprocessed (see `Inner::tick`): a batch per
+/// append costs two reader round trips and a wake of every thread involved, which at 10,000
+/// rows/s in 50-row appends cost more than the rows' processing (issue 26). Half the default
+/// coalesce window of an idle journal, which holds its touches that long anyway.
+const IDLE_DEFER_MS: i64 = 50;
+
 /// How long `tick_now` sleeps while the loop runs a batch of the stream it wants.
 const TICK_BUSY_POLL: Duration = Duration::from_millis(1);
 
@@ -83,7 +89,10 @@ impl Inner {
         let mut first = true;
         loop {
             {
-                let settles = !self.state.lock().settles.is_empty();
+                let (settles, deferred_until) = {
+                    let st = self.state.lock();
+                    (!st.settles.is_empty(), st.deferred_until)
+                };
                 let mut sig = self.signal.lock();
                 while !sig.pending && !sig.stop {
                     let until_full = interval.map(|i| i.saturating_sub(last_full.elapsed()));
@@ -92,6 +101,10 @@ impl Inner {
                         (true, None) => SETTLE_POLL,
                         (false, Some(u)) => u,
                         (false, None) => Duration::from_secs(3600),
+                    };
+                    let wait = match deferred_until {
+                        Some(d) => wait.min(d.saturating_duration_since(Instant::now())),
+                        None => wait,
                     };
                     if wait.is_zero() || self.wake.wait_for(&mut sig, wait).timed_out() {
                         break;
@@ -131,6 +144,39 @@ impl Inner {
                 st.streams.iter().filter(|(_, rt)| rt.touch().is_some()).map(|(n, _)| n.clone()).collect();
             enabled.sort();
             let mut ordered: Vec<String> = dirty.iter().filter(|d| enabled.contains(d)).cloned().collect();
+            // Idle streams wait: a dirty stream nobody listens to (no waiter, nothing hot, no
+            // settle) is processed IDLE_DEFER_MS after its first unprocessed append, in one
+            // batch, instead of one batch per append. Its touches reach the journal later; a
+            // wait that starts meanwhile wakes the loop (`poke_if_deferred`) and finds them
+            // processed then, so no touch is lost, only delayed while no one hears it. A full
+            // tick processes every stream anyway.
+            st.deferred.clear();
+            st.deferred_until = None;
+            if !full {
+                let settling: Vec<String> = st.settles.iter().map(|s| s.stream.clone()).collect();
+                let loop_now = Instant::now();
+                let st = &mut *st;
+                ordered.retain(|n| {
+                    let Some(rt) = st.streams.get_mut(n) else { return true };
+                    let since = *rt.dirty_since_ms.get_or_insert(now);
+                    let age = now.saturating_sub(since).max(0);
+                    if age >= IDLE_DEFER_MS || rt.busy || settling.contains(n) {
+                        return true;
+                    }
+                    let limits = rt.touch().map(hot_limits).unwrap_or_default();
+                    let hot = rt.hot_snapshot(&limits, now);
+                    let listened = hot.has_any_waiters()
+                        || hot.has_fine_demand()
+                        || rt.journal.as_ref().is_some_and(|j| j.active_waiters() > 0);
+                    if listened {
+                        return true;
+                    }
+                    let due = loop_now + Duration::from_millis((IDLE_DEFER_MS - age) as u64);
+                    st.deferred_until = Some(st.deferred_until.map_or(due, |d| d.min(due)));
+                    st.deferred.insert(n.clone());
+                    false
+                });
+            }
             if full {
                 for e in &enabled {
                     if !ordered.contains(e) {
@@ -160,10 +206,15 @@ impl Inner {
                 }
                 st.scan_cursor = (start + picked.len().max(1)) % total;
                 // Dirty streams not picked stay dirty.
-                for d in dirty {
-                    if !picked.contains(&d) && st.streams.contains_key(&d) {
-                        st.mark_dirty(&d);
+                for d in &dirty {
+                    if !picked.contains(d) && st.streams.contains_key(d) {
+                        st.mark_dirty(d);
                     }
+                }
+            }
+            for d in dirty {
+                if st.deferred.contains(&d) {
+                    st.mark_dirty(&d);
                 }
             }
             picked
@@ -198,6 +249,9 @@ impl Inner {
                 match r {
                     Ok(m) => {
                         rt.backoff.record_success();
+                        // Caught up: the next append starts a new wait. Rows remain: the
+                        // next batch is due at once.
+                        rt.dirty_since_ms = if m { Some(0) } else { None };
                         if m {
                             st.mark_dirty(&name);
                             more = true;
@@ -210,7 +264,7 @@ impl Inner {
                     }
                 }
             }
-            more |= !st.dirty.is_empty();
+            more |= st.dirty.iter().any(|d| !st.deferred.contains(d));
         }
         if full {
             let _ = self.persist_checkpoints(false);

@@ -75,6 +75,9 @@ pub struct StreamRt {
     pub(crate) publish: Option<(Arc<Fanout>, String)>,
     /// At an edge: the writer's view of the stream, from its last beat.
     pub mirror: Option<MirrorInfo>,
+    /// When the stream was first notified of rows no batch has processed yet (wall ms): an
+    /// idle stream's batch waits until IDLE_DEFER_MS after it (see `Inner::tick`).
+    pub dirty_since_ms: Option<i64>,
 }
 
 /// The options of a stream's journal, from `touch.memory` (M20); the hot-interest fields of
@@ -118,6 +121,7 @@ impl StreamRt {
             tuples: TupleMemory::default(),
             publish: None,
             mirror: None,
+            dirty_since_ms: None,
         }
     }
 

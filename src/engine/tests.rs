@@ -526,3 +526,37 @@ fn without_records_the_engine_keeps_none() {
     assert!(engine.take_records().is_empty());
     blocking(|r| engine.close(r)).unwrap();
 }
+
+#[test]
+fn an_idle_streams_deferred_rows_are_processed_without_a_tick_and_wake_a_wait_that_starts_meanwhile() {
+    // No safety-net tick: only the loop's own deadline for a deferred stream processes it.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("e.sqlite").to_str().unwrap(), StoreOptions::default()).unwrap();
+    blocking(|r| store.create_stream("s".into(), Some("application/json".into()), None, r)).unwrap();
+    let engine =
+        TouchEngine::open(store.clone(), EngineOptions { check_interval_ms: 0, ..Default::default() }).unwrap();
+    engine.set_profile("s", &parse(r#"{"kind":"state-protocol","touch":{"enabled":true}}"#).unwrap()).unwrap();
+    let cursor = engine.cursor("s").unwrap();
+    let through = |engine: &TouchEngine| engine.inner.state.lock().streams.get("s").and_then(|rt| rt.processed_through);
+    // Nobody listens: the rows wait IDLE_DEFER_MS, then the loop processes them on its own.
+    for _ in 0..3 {
+        append(&store, &[ROW]);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while through(&engine) != Some(2) {
+        assert!(std::time::Instant::now() < deadline, "idle rows never processed: {:?}", through(&engine));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A wait from before them hears them.
+    let table = key_id(table_key(b"public.posts"));
+    let body = format!(r#"{{"cursor":"{cursor}","keyIds":[{table}],"interestMode":"coarse","timeoutMs":5000}}"#);
+    assert!(wait(&engine, &body).recv_timeout(Duration::from_secs(5)).unwrap().unwrap().touched);
+    // Rows appended while nobody listens, then a wait from before them: it is woken by them.
+    let cursor = engine.cursor("s").unwrap();
+    append(&store, &[ROW]);
+    let body = format!(r#"{{"cursor":"{cursor}","keyIds":[{table}],"interestMode":"coarse","timeoutMs":5000}}"#);
+    let reply = wait(&engine, &body).recv_timeout(Duration::from_secs(5)).unwrap().unwrap();
+    assert!(reply.touched);
+    assert_eq!(reply.bucket_max_source_offset_seq, 3);
+    blocking(|r| engine.close(r)).unwrap();
+}

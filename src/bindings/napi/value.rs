@@ -318,10 +318,24 @@ impl<'env> Js<'env> {
         if !is_ta {
             return None;
         }
-        let (mut kind, mut len, mut data, mut ab, mut offset) = (0, 0usize, ptr::null_mut(), ptr::null_mut(), 0usize);
-        // SAFETY: see the module doc; every out-pointer is a local of the type N-API writes.
+        let (mut kind, mut len, mut data) = (0, 0usize, ptr::null_mut());
+        // Neither the ArrayBuffer nor the offset is asked for: under Bun (JavaScriptCore) a
+        // typed array of fewer than 1,000 elements lives in the GC heap with no ArrayBuffer
+        // of its own, and asking for its buffer makes one (a malloc, a copy of the bytes, a
+        // new ArrayBuffer object) on every call. The server's append encodes each record into
+        // such an array, so that was one allocation and copy per row bound (issue 26).
+        // SAFETY: see the module doc; every out-pointer is a local of the type N-API writes,
+        // and N-API skips the out-parameters passed as null (all are optional).
         let status = unsafe {
-            sys::napi_get_typedarray_info(self.env, self.raw, &mut kind, &mut len, &mut data, &mut ab, &mut offset)
+            sys::napi_get_typedarray_info(
+                self.env,
+                self.raw,
+                &mut kind,
+                &mut len,
+                &mut data,
+                ptr::null_mut(),
+                ptr::null_mut(),
+            )
         };
         check(status).ok()?;
         let bytes = len.checked_mul(element_size(kind))?;

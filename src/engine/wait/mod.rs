@@ -222,6 +222,8 @@ impl TouchEngine {
         if let Some(f) = &self.inner.fanout {
             f.interest_dirty.store(true, Ordering::Release);
         }
+        // Rows the loop left unprocessed while nobody listened are processed now.
+        self.inner.poke_if_deferred(stream);
         let release = {
             let inner = self.inner.clone();
             let name = stream.to_string();
