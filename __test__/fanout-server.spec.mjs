@@ -1,6 +1,7 @@
 // The HTTP servers with the fan-out over a real nats-server (issue 28, "Running it"): our
 // server as a publishing writer (`--nats`) and as an edge (`--edge --nats`) serving touch waits
-// and meta with the writer's cursors and answering the rest 307 to the writer. Waits are given
+// and meta with the writer's cursors and answering the rest 307 to the writer; the swapped
+// reference server publishing when DURABLE_TOUCH_NATS names the broker. Waits are given
 // generous timeouts and awaited, never timed: a busy machine is slower, not wrong.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -8,12 +9,17 @@ import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { test, dt, tempDir, sleep } from "./harness.mjs";
 import { startServer } from "../lib/server.mjs";
+import { fanoutFromEnv } from "../compat/manager.mjs";
 import { natsServerBinary, startNats } from "./support/nats-server.mjs";
+import { BUN, referenceAvailable } from "./reference.mjs";
+import { serverCopies } from "./support/server-copies.mjs";
+import { swap } from "../lib/swap.mjs";
 
 const { keys } = dt;
 const here = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(here, "..");
 const CLI = join(ROOT, "bin", "durable-touch.mjs");
+const SERVE = join(here, "reference", "swap-serve.ts");
 
 const nats = natsServerBinary();
 if (!nats.bin) throw new Error(`the fan-out server tests need nats-server: ${nats.reason}`);
@@ -227,3 +233,75 @@ test("an edge that has heard no writer answers 503 ERR_EDGE_READ_ONLY; a server 
   await assert.rejects(startServer({ port: 0, nats: "nats://127.0.0.1:1", edge: true, writer: "ftp://x" }), /--writer must be an http\(s\) URL/);
   await assert.rejects(startServer({ port: 0, nats: "nats://127.0.0.1:1", edge: true, publicUrl: "http://x" }), /--public-url is for a writer/);
 }, { timeout: 60_000 });
+
+test("DURABLE_TOUCH_NATS: the swapped reference's fan-out option from the environment", () => {
+  assert.equal(fanoutFromEnv({ host: "127.0.0.1", port: 8080 }, {}), undefined);
+  assert.equal(fanoutFromEnv({ host: "127.0.0.1", port: 8080 }, { DURABLE_TOUCH_NATS: "  " }), undefined);
+  assert.deepEqual(fanoutFromEnv({ host: "127.0.0.1", port: 8080 }, { DURABLE_TOUCH_NATS: "nats://n:4222" }), { role: "writer", url: "nats://n:4222", writerUrl: "http://127.0.0.1:8080" });
+  assert.deepEqual(fanoutFromEnv({ host: "::1", port: 8080 }, { DURABLE_TOUCH_NATS: "nats://n:4222", DURABLE_TOUCH_NATS_PREFIX: "app1" }), { role: "writer", url: "nats://n:4222", prefix: "app1", writerUrl: "http://[::1]:8080" });
+  // A wildcard host or port 0 names no URL an edge could send a client to.
+  assert.deepEqual(fanoutFromEnv({ host: "0.0.0.0", port: 8080 }, { DURABLE_TOUCH_NATS: "nats://n:4222" }), { role: "writer", url: "nats://n:4222" });
+  assert.deepEqual(fanoutFromEnv({ host: "127.0.0.1", port: 0 }, { DURABLE_TOUCH_NATS: "nats://n:4222" }), { role: "writer", url: "nats://n:4222" });
+  const explicit = { DURABLE_TOUCH_NATS: "nats://n:4222", DURABLE_TOUCH_WRITER_URL: "https://streams.example.com/" };
+  assert.equal(fanoutFromEnv({ host: "0.0.0.0", port: 0 }, explicit).writerUrl, "https://streams.example.com");
+});
+
+/** Starts the swapped reference copy (swap-serve.ts, under Bun) with `env`; resolves { base, child, exited }. */
+async function serveSwapped(copy, env) {
+  const child = spawn(BUN, ["--no-install", SERVE], { env: { ...process.env, APP_SRC: copy, DATA_DIR: tempDir("dt-fo-ref-"), ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  const exited = new Promise((r) => child.on("exit", (code, signal) => r(signal ?? code)));
+  const err = [];
+  child.stderr.on("data", (d) => err.push(d));
+  try {
+    const port = await new Promise((resolve, reject) => {
+      let buf = "";
+      child.stdout.on("data", (d) => {
+        buf += d;
+        const i = buf.indexOf("\n");
+        if (i >= 0) resolve(JSON.parse(buf.slice(0, i)).port);
+      });
+      exited.then((how) => reject(new Error(`swap-serve exited ${how}: ${Buffer.concat(err)}`)));
+    });
+    return { base: `http://127.0.0.1:${port}`, child, exited };
+  } catch (e) {
+    child.kill("SIGKILL");
+    throw e;
+  }
+}
+
+test("the swapped reference server publishes with DURABLE_TOUCH_NATS: an edge of ours mirrors it and wakes on its appends", async () => {
+  const { swapped } = serverCopies("swapped");
+  swap(swapped);
+  const broker = await startNats({ bin: nats.bin, storeDir: join(tempDir("dt-fo-srv-"), "js") });
+  let ref = null;
+  let edge = null;
+  try {
+    // Its own port is picked at start (0), so what edges name comes from the environment.
+    const named = "http://streams-writer.invalid:8080";
+    ref = await serveSwapped(swapped, { DURABLE_TOUCH_NATS: broker.url, DURABLE_TOUCH_NATS_PREFIX: "ref", DURABLE_TOUCH_WRITER_URL: named });
+    edge = await startServer({ port: 0, nats: broker.url, natsPrefix: "ref", edge: true });
+
+    assert.ok((await call(ref.base, "/v1/stream/items", { method: "PUT" })).status < 300);
+    assert.equal((await call(ref.base, "/v1/stream/items/_profile", { method: "POST", json: PROFILE })).status, 200);
+    const rmeta = (await call(ref.base, "/v1/stream/items/touch/meta")).body;
+    assert.match(rmeta.cursor, /^[0-9a-f]{16}:\d+$/);
+    await edgeAt(edge.url, "items", rmeta.cursor);
+
+    const waiting = call(edge.url, "/v1/stream/items/touch/wait", { method: "POST", json: { cursor: rmeta.cursor, keyIds: [TABLE], interestMode: "coarse", timeoutMs: 60_000 } });
+    const r = await call(ref.base, "/v1/stream/items", { method: "POST", json: [insert(1, "t1")] });
+    assert.ok(r.status === 200 || r.status === 204, `append: ${r.status} ${JSON.stringify(r.body)}`);
+    const w = await waiting;
+    assert.equal(w.status, 200);
+    assert.equal(w.body.touched, true, JSON.stringify(w.body));
+
+    // The edge sends writes to the URL the environment named.
+    assertRedirect(await call(edge.url, "/v1/stream/items", { method: "POST", json: [insert(2, "t1")] }), named, "/v1/stream/items", "append at the edge");
+  } finally {
+    await edge?.close();
+    if (ref) {
+      ref.child.kill("SIGTERM");
+      await ref.exited;
+    }
+    await broker.stop();
+  }
+}, { timeout: 120_000, skip: !referenceAvailable() });
