@@ -2,10 +2,17 @@
 // durable-touch command line.
 //
 //   durable-touch [serve] [--port 8787] [--host 127.0.0.1] [--data ./data] [--workers N]
+//                 [--nats nats://host:4222 [--nats-prefix durable-touch] [--public-url URL]]
+//   durable-touch [serve] --edge --nats nats://host:4222 [--nats-prefix P] [--writer URL]
+//                 [--port N] [--host H]
 //   durable-touch swap <path-to-server-src | @prisma/streams-local install> [--undo]
 //
 // `serve` (the default) starts the Live HTTP server; SIGINT/SIGTERM close it cleanly
-// (pending waits are answered, the store is closed). `swap` rewrites the reference server's
+// (pending waits are answered, the store is closed). With `--nats` it publishes its touches
+// over NATS JetStream (a writer; edges send clients to --public-url, default its own URL);
+// with `--edge --nats` it is an edge of the writer publishing there: it serves touch waits
+// and meta with the writer's cursors and redirects the rest (307) to the writer (--writer, or
+// the URL the writer's beats carry). `swap` rewrites the reference server's
 // SQLite adapter, touch manager, touch routes, touch journal and worker pool modules into
 // shims over durable-touch/compat (lib/swap.mjs), and says what a bundle of the swapped server
 // needs (durable-touch external and installed where the bundle runs); on an install of
@@ -20,8 +27,30 @@ const flag = (name) => {
 
 if (command === "serve") {
   const { startServer } = await import("../lib/server.mjs");
-  const server = await startServer({ port: flag("port"), host: flag("host"), dataDir: flag("data"), workers: flag("workers") });
-  console.log(`durable-touch listening on ${server.url} (data: ${server.store.stats().path})`);
+  let server;
+  try {
+    server = await startServer({
+      port: flag("port"),
+      host: flag("host"),
+      dataDir: flag("data"),
+      workers: flag("workers"),
+      nats: flag("nats"),
+      natsPrefix: flag("nats-prefix"),
+      publicUrl: flag("public-url"),
+      edge: argv.includes("--edge"),
+      writer: flag("writer"),
+    });
+  } catch (e) {
+    console.error(`durable-touch serve: ${e.message}`);
+    process.exit(1);
+  }
+  if (server.role === "edge") {
+    const writer = flag("writer") ?? "from the writer's beats";
+    console.log(`durable-touch edge listening on ${server.url} (NATS ${flag("nats")}, writer: ${writer})`);
+  } else {
+    const nats = server.role === "writer" ? `, publishing on NATS ${flag("nats")}` : "";
+    console.log(`durable-touch listening on ${server.url} (data: ${server.store.stats().path}${nats})`);
+  }
   const stop = async (signal) => {
     console.log(`${signal}: closing (answering pending waits, closing the store)`);
     await server.close();

@@ -33,6 +33,13 @@
 // once a second and at once for a stream it does not know. Processing is event-driven: the
 // server calls `notify(stream)` after each committed append and the engine's loop runs at
 // once; the configured tick is its safety net.
+//
+// The fan-out (issue 28) is turned on by the environment, so a deployment adds edges without
+// code changes: with DURABLE_TOUCH_NATS=nats://host:port the engine is a writer publishing its
+// journals' flushes and beats there (prefix DURABLE_TOUCH_NATS_PREFIX, default
+// `durable-touch`), and its edges send clients to DURABLE_TOUCH_WRITER_URL (default the
+// server's own http://host:port from its config, when that names a port and a host an edge can
+// use; else none, and edges need their own --writer). See `fanoutFromEnv`.
 import { Store, TouchEngine } from "../index.js";
 import { bridgeWaitForAny, TouchJournal } from "./journal.mjs";
 import { hostConnectionOf } from "./sqlite-adapter.mjs";
@@ -100,6 +107,31 @@ const EMPTY_RUNTIME = Object.freeze({
   journalTimeoutSweepMsTotal: 0,
 });
 
+/** Hosts that name every interface, not one an edge could send a client to. */
+const WILDCARD_HOSTS = new Set(["0.0.0.0", "::", "[::]", ""]);
+
+/**
+ * The engine's `fanout` option from the environment (undefined without DURABLE_TOUCH_NATS):
+ * a writer on that NATS URL, with DURABLE_TOUCH_NATS_PREFIX and DURABLE_TOUCH_WRITER_URL, the
+ * writer URL defaulting to `http://<cfg.host>:<cfg.port>` when the server's config names a
+ * port (not 0, which picks one the config never learns) and a host that is not a wildcard.
+ */
+export function fanoutFromEnv(cfg, env = process.env) {
+  const url = env.DURABLE_TOUCH_NATS?.trim();
+  if (!url) return undefined;
+  const fanout = { role: "writer", url };
+  const prefix = env.DURABLE_TOUCH_NATS_PREFIX?.trim();
+  if (prefix) fanout.prefix = prefix;
+  const explicit = env.DURABLE_TOUCH_WRITER_URL?.trim();
+  const host = typeof cfg?.host === "string" ? cfg.host.trim() : "";
+  const port = Number(cfg?.port);
+  if (explicit) fanout.writerUrl = explicit.replace(/\/+$/, "");
+  else if (Number.isInteger(port) && port > 0 && !WILDCARD_HOSTS.has(host)) {
+    fanout.writerUrl = `http://${host.includes(":") && !host.startsWith("[") ? `[${host}]` : host}:${port}`;
+  }
+  return fanout;
+}
+
 /** Unique 16-hex template ids of a list, as the reference reads `templateIdsUsed`. */
 const templateIds = (list) => [...new Set(Array.from(list ?? [], (x) => String(x).trim()).filter((x) => TEMPLATE_ID.test(x)))];
 
@@ -137,6 +169,7 @@ export function createTouchProcessorManager(host = {}) {
       const hostConnection = hostConnectionOf(db?.db);
       if (hostConnection === undefined) throw new Error("durable-touch: the server's database is not on durable-touch's SQLite adapter");
       const metrics = typeof LiveMetricsV2 === "function";
+      const fanout = fanoutFromEnv(cfg);
       this.store = Store.open(cfg.dbPath, { hostConnection });
       this.engine = new TouchEngine(this.store, {
         workers: Math.max(1, Math.min(64, workers)),
@@ -151,6 +184,8 @@ export function createTouchProcessorManager(host = {}) {
         profilePollMs: PROFILE_POLL_MS,
         // What `live.metrics` reports of processing (`drainRecords`).
         records: metrics,
+        // Publishing to edges over NATS JetStream, when the environment asks for it.
+        ...(fanout ? { fanout } : {}),
       });
       this.recordsTimer = null;
       this.liveMetrics = metrics

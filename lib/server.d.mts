@@ -11,6 +11,24 @@ export interface ServerOptions {
   workers?: number | string;
   /** Largest request body in bytes (default 10 MiB). */
   bodyLimit?: number;
+  /**
+   * `nats://host:port`: the server publishes its touches over NATS JetStream (a writer), or,
+   * with `edge`, mirrors the writer publishing there.
+   */
+  nats?: string;
+  /** The writer's subject prefix (default `durable-touch`; one per writer). */
+  natsPrefix?: string;
+  /** A writer's beat and an edge's interest report, in ms (the engine's default, 500). */
+  natsBeatMs?: number;
+  /** A writer: the URL its edges send clients to (default its own URL). */
+  publicUrl?: string;
+  /**
+   * Serve as an edge (needs `nats`): no data dir; touch waits and meta are served with the
+   * writer's cursors, every other request is answered 307 to the writer.
+   */
+  edge?: boolean;
+  /** An edge: the writer's URL (default: the one the writer's beats carry). */
+  writer?: string;
 }
 
 export interface RunningServer {
@@ -18,6 +36,8 @@ export interface RunningServer {
   port: number;
   store: Store;
   engine: TouchEngine;
+  /** `"writer"` or `"edge"` with a fan-out (`nats`), else null. */
+  role: "writer" | "edge" | null;
   /** Answers pending waits (touched: false), stops listening and closes the store. */
   close(): Promise<void>;
 }
@@ -28,4 +48,13 @@ export interface Handler {
   fetch(request: Request): Promise<Response>;
 }
 
-export function createHandler(options: { store: Store; engine: TouchEngine; bodyLimit?: number }): Handler;
+export function createHandler(options: {
+  store: Store;
+  engine: TouchEngine;
+  bodyLimit?: number;
+  /**
+   * The engine is an edge's: only touch waits, meta and /v1/stats are served, the rest is
+   * answered 307 to `writer` (default: the writer's URL the engine heard from its beats).
+   */
+  edge?: { writer?: string } | null;
+}): Handler;

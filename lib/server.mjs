@@ -14,6 +14,15 @@
 //
 // Errors are JSON `{ error: { code, message } }` with the native error code (ERR_*); a client
 // that disconnects aborts its wait; close() answers pending waits and closes the store.
+//
+// Fan-out over NATS JetStream (issue 28; `nats` option): a *writer* is this server with its
+// engine publishing its journals' flushes and beats; an *edge* (`edge: true`) holds no data
+// (a TouchEngine over Store.open(":memory:") mirroring the writer's journals) and serves the
+// touch wait and meta routes (and its own /v1/stats) with the writer's cursors. Every other
+// request, and a wait the engine refuses (declareTemplates), is answered 307 to the writer
+// (Location: the writer's URL + the same path and query, so a client following redirects
+// resends it there with its method and body), with `{ error: { code: "ERR_EDGE_READ_ONLY",
+// message, writer } }`; 503 with that code while the writer's URL is not known.
 import { createRequire } from "node:module";
 import { mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -35,6 +44,8 @@ const STATUS = {
   ERR_SEQ_MISMATCH: 409,
   ERR_PAYLOAD_TOO_LARGE: 413,
   ERR_CLOSED: 503,
+  // An edge's refusal: 307 to the writer, or this while its URL is unknown (see readOnly).
+  ERR_EDGE_READ_ONLY: 503,
 };
 
 class HttpError extends Error {
@@ -50,6 +61,22 @@ const json = (status, body, headers = {}) =>
     status,
     headers: { "content-type": "application/json", ...headers },
   });
+
+/**
+ * An edge's answer to what only the writer serves: 307 to `writer` + the request's path and
+ * query (a temporary redirect keeps the method and body: `fetch` and `curl -L` resend the
+ * request there), or 503 while the writer's URL is unknown. Both carry ERR_EDGE_READ_ONLY and
+ * `writer` (null when unknown).
+ */
+function readOnly(url, writer) {
+  if (!writer) {
+    const message = "this edge serves touch waits and meta only, and does not know the writer's URL yet (no beat from it heard, no --writer given)";
+    return json(503, { error: { code: "ERR_EDGE_READ_ONLY", message, writer: null } });
+  }
+  const base = writer.replace(/\/+$/, "");
+  const message = `this edge serves touch waits and meta only; send this to the writer at ${base}`;
+  return json(307, { error: { code: "ERR_EDGE_READ_ONLY", message, writer: base } }, { location: `${base}${url.pathname}${url.search}` });
+}
 
 function errorResponse(e) {
   const headers = e?.code === "ERR_SEQ_MISMATCH" && e.expectedNext !== undefined ? { "stream-expected-offset": String(e.expectedNext) } : {};
@@ -179,8 +206,31 @@ function validHost(host) {
 /** Methods the Fetch API refuses to carry (a Request cannot be made with them). */
 const FORBIDDEN_METHODS = new Set(["CONNECT", "TRACE", "TRACK"]);
 
-/** The request handler (Fetch API). */
-export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024 }) {
+/**
+ * The request handler (Fetch API). With `edge` (an edge's engine and store), only the touch
+ * wait and meta routes and /v1/stats are served; the rest is refused with `readOnly`, naming
+ * `edge.writer` if given, else the URL the writer's beats carry (the engine's own refusal
+ * names it).
+ */
+export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024, edge = null }) {
+  /**
+   * The writer an edge sends clients to: `edge.writer`, else the engine's (from the writer's
+   * beats, or the engine's `writerUrl` option): `e.writer` of an engine refusal, or of one
+   * asked for here (an empty profile for no stream, which an edge refuses before reading its
+   * arguments, and any engine would refuse as invalid).
+   */
+  function writerOf(e) {
+    if (edge.writer) return edge.writer;
+    if (e?.code === "ERR_EDGE_READ_ONLY") return e.writer || null;
+    try {
+      engine.setProfile("", {});
+    } catch (err) {
+      if (err?.code === "ERR_EDGE_READ_ONLY") return err.writer || null;
+      throw err;
+    }
+    throw new Error("durable-touch: an edge's engine accepted a profile");
+  }
+
   async function tail(name) {
     const info = await store.getStream(name);
     if (!info) throw new HttpError(404, "ERR_STREAM_NOT_FOUND", `stream not found: ${name}`);
@@ -199,7 +249,8 @@ export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024 }) {
     const path = url.pathname;
     if (path === "/v1/stats") {
       if (req.method !== "GET") throw new HttpError(405, "ERR_METHOD_NOT_ALLOWED", "unsupported method");
-      return json(200, { engine: engine.stats(), store: store.stats() });
+      const fanout = engine.fanoutStats();
+      return json(200, fanout ? { engine: engine.stats(), store: store.stats(), fanout } : { engine: engine.stats(), store: store.stats() });
     }
     if (!path.startsWith("/v1/stream/")) throw new HttpError(404, "ERR_NOT_FOUND", "not found");
     const segments = path.slice("/v1/stream/".length).replace(/\/+$/, "").split("/");
@@ -227,6 +278,8 @@ export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024 }) {
     const only = (m) => {
       if (method !== m) throw new HttpError(405, "ERR_METHOD_NOT_ALLOWED", "unsupported method");
     };
+    // An edge holds no rows, profiles or templates: the writer answers the rest.
+    if (edge && sub !== "wait" && sub !== "meta") return readOnly(url, writerOf(null));
 
     if (sub === "wait") {
       only("POST");
@@ -359,6 +412,14 @@ export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024 }) {
       try {
         return await route(req);
       } catch (e) {
+        // An edge's engine refuses what only the writer does (a wait declaring templates).
+        if (edge && e?.code === "ERR_EDGE_READ_ONLY") {
+          try {
+            return readOnly(new URL(req.url, "http://localhost"), writerOf(e));
+          } catch (e2) {
+            return errorResponse(e2);
+          }
+        }
         return errorResponse(e);
       }
     },
@@ -474,9 +535,44 @@ function serveBun(handler, { port, host }) {
   };
 }
 
+/** The fan-out options of a server (null without `nats`), checked before anything starts. */
+function fanoutOptions(opts) {
+  const nats = opts.nats === undefined || opts.nats === null || opts.nats === "" ? null : String(opts.nats);
+  const edge = opts.edge === true || opts.edge === "true";
+  if (!nats && edge) throw new Error("an edge needs the writer's NATS server (--nats nats://host:port)");
+  if (opts.writer && !edge) throw new Error("--writer is for an edge (--edge --nats …)");
+  if (opts.publicUrl && (edge || !nats)) throw new Error("--public-url is for a writer (--nats without --edge)");
+  if (!nats) return null;
+  const prefix = opts.natsPrefix === undefined || opts.natsPrefix === "" ? "durable-touch" : String(opts.natsPrefix);
+  const url = (v, what) => {
+    if (v === undefined || v === null || v === "") return undefined;
+    let u;
+    try {
+      u = new URL(String(v));
+    } catch {
+      throw new Error(`${what} must be an http(s) URL, got ${v}`);
+    }
+    if (u.protocol !== "http:" && u.protocol !== "https:") throw new Error(`${what} must be an http(s) URL, got ${v}`);
+    return String(v).replace(/\/+$/, "");
+  };
+  return {
+    url: nats,
+    prefix,
+    edge,
+    writer: edge ? url(opts.writer, "--writer") : undefined,
+    publicUrl: edge ? undefined : url(opts.publicUrl, "--public-url"),
+    beatMs: opts.natsBeatMs === undefined ? undefined : Number(opts.natsBeatMs),
+  };
+}
+
 /**
  * Starts the server. Options (env fallbacks): dataDir (DATA_DIR, "./data"), port (PORT, 8787),
- * host (HOST, "127.0.0.1"), workers (TOUCH_WORKERS), bodyLimit (10 MiB).
+ * host (HOST, "127.0.0.1"), workers (TOUCH_WORKERS), bodyLimit (10 MiB); the fan-out over NATS
+ * JetStream (no env fallbacks): nats (the broker's URL: this server publishes its touches as
+ * a writer), natsPrefix ("durable-touch", one per writer), publicUrl (the URL a writer's edges
+ * send clients to; default its own URL), edge (serve waits and meta as an edge of the writer
+ * publishing on `nats`/`natsPrefix`; no data dir), writer (an edge's writer URL, which takes
+ * precedence over the one the writer's beats carry).
  */
 export async function startServer(opts = {}) {
   const dataDir = resolve(opts.dataDir ?? process.env.DATA_DIR ?? "./data");
@@ -485,18 +581,63 @@ export async function startServer(opts = {}) {
   const workersRaw = opts.workers ?? process.env.TOUCH_WORKERS;
   const workers = workersRaw === undefined || workersRaw === "" ? undefined : Number(workersRaw);
   const bodyLimit = opts.bodyLimit ?? 10 * 1024 * 1024;
-  mkdirSync(dataDir, { recursive: true });
-  const store = Store.open(join(dataDir, "durable-touch.sqlite"));
-  const engine = new TouchEngine(store, workers === undefined ? {} : { workers });
-  const handler = createHandler({ store, engine, bodyLimit });
-  const http = typeof globalThis.Bun !== "undefined" ? serveBun(handler, { port, host }) : await serveNode(handler, { port, host, bodyLimit });
+  const fo = fanoutOptions(opts);
+  const fanout = (role, writerUrl) => ({
+    role,
+    url: fo.url,
+    prefix: fo.prefix,
+    ...(fo.beatMs === undefined ? {} : { beatMs: fo.beatMs }),
+    ...(writerUrl ? { writerUrl } : {}),
+  });
+  let store;
+  let engine;
+  let handler = null;
+  const open = (writerUrl) => {
+    if (fo?.edge) {
+      // An edge keeps nothing: its streams and cursors are the writer's, from NATS.
+      store = Store.open(":memory:");
+      engine = new TouchEngine(store, { ...(workers === undefined ? {} : { workers }), fanout: fanout("edge", fo.writer) });
+    } else {
+      mkdirSync(dataDir, { recursive: true });
+      store = Store.open(join(dataDir, "durable-touch.sqlite"));
+      const options = workers === undefined ? {} : { workers };
+      engine = new TouchEngine(store, fo ? { ...options, fanout: fanout("writer", writerUrl) } : options);
+    }
+    handler = createHandler({ store, engine, bodyLimit, edge: fo?.edge ? { writer: fo.writer } : null });
+  };
+  // A writer names its own URL to its edges, which is known once it listens (port 0 picks
+  // one): it listens first and answers 503 until its engine is made (moments later).
+  const late = fo !== null && !fo.edge && fo.publicUrl === undefined;
+  if (!late) open(fo?.publicUrl);
+  const front = {
+    fetch: (req) => (handler ? handler.fetch(req) : Promise.resolve(errorResponse(new HttpError(503, "ERR_STARTING", "the server is starting")))),
+  };
+  let http;
+  try {
+    http = typeof globalThis.Bun !== "undefined" ? serveBun(front, { port, host }) : await serveNode(front, { port, host, bodyLimit });
+  } catch (e) {
+    await engine?.close();
+    await store?.close();
+    throw e;
+  }
   const url = `http://${host}:${http.port}`;
+  if (late) {
+    try {
+      open(url);
+    } catch (e) {
+      await http.close();
+      await store?.close();
+      throw e;
+    }
+  }
   let closing = null;
   return {
     url,
     port: http.port,
     store,
     engine,
+    /** "writer" or "edge" with a fan-out, else null. */
+    role: fo ? (fo.edge ? "edge" : "writer") : null,
     /** Answers pending waits (touched: false), stops listening and closes the store. */
     close() {
       closing ??= (async () => {

@@ -1,0 +1,307 @@
+// The HTTP servers with the fan-out over a real nats-server (issue 28, "Running it"): our
+// server as a publishing writer (`--nats`) and as an edge (`--edge --nats`) serving touch waits
+// and meta with the writer's cursors and answering the rest 307 to the writer; the swapped
+// reference server publishing when DURABLE_TOUCH_NATS names the broker. Waits are given
+// generous timeouts and awaited, never timed: a busy machine is slower, not wrong.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { test, dt, tempDir, sleep } from "./harness.mjs";
+import { startServer } from "../lib/server.mjs";
+import { fanoutFromEnv } from "../compat/manager.mjs";
+import { natsServerBinary, startNats } from "./support/nats-server.mjs";
+import { BUN, referenceAvailable } from "./reference.mjs";
+import { serverCopies } from "./support/server-copies.mjs";
+import { swap } from "../lib/swap.mjs";
+
+const { keys } = dt;
+const here = dirname(fileURLToPath(import.meta.url));
+const ROOT = join(here, "..");
+const CLI = join(ROOT, "bin", "durable-touch.mjs");
+const SERVE = join(here, "reference", "swap-serve.ts");
+
+const nats = natsServerBinary();
+if (!nats.bin) throw new Error(`the fan-out server tests need nats-server: ${nats.reason}`);
+
+const JSON_HEADERS = { "content-type": "application/json" };
+const TEMPLATE = { entity: "public.todos", fields: [{ name: "tenantId", encoding: "string" }] };
+const TABLE = keys.tableKeyId("public.todos");
+const insert = (id, tenantId) => ({ type: "public.todos", key: String(id), value: { id: String(id), tenantId }, headers: { operation: "insert" } });
+const PROFILE = { apiVersion: "durable.streams/profile/v1", profile: { kind: "state-protocol", touch: { enabled: true } } };
+
+async function call(base, path, { method = "GET", json, redirect = "manual" } = {}) {
+  const res = await fetch(base + path, { method, redirect, headers: JSON_HEADERS, body: json === undefined ? undefined : JSON.stringify(json) });
+  const text = await res.text();
+  return { status: res.status, body: text === "" ? null : JSON.parse(text), headers: res.headers };
+}
+
+/** Polls `fn` until it returns something other than undefined (a liveness bound, not a timing check). */
+async function eventually(what, fn, ms = 60_000) {
+  const until = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v !== undefined) return v;
+    if (Date.now() > until) throw new Error(`${what}: not within ${ms} ms`);
+    await sleep(50);
+  }
+}
+
+/** The edge's meta of `stream` once the writer's beat made it known there. */
+const edgeMeta = (base, stream) =>
+  eventually(`${stream} known at the edge ${base}`, async () => {
+    const r = await call(base, `/v1/stream/${stream}/touch/meta`);
+    if (r.status === 200) return r.body;
+    assert.equal(r.status, 404, JSON.stringify(r.body));
+    assert.equal(r.body.error.code, "ERR_STREAM_NOT_FOUND");
+    return undefined;
+  });
+
+/** The edge's meta of `stream` once its cursor is `cursor` (the writer's). */
+const edgeAt = (base, stream, cursor) =>
+  eventually(`edge ${base} at ${cursor}`, async () => {
+    const m = await edgeMeta(base, stream);
+    return m.cursor === cursor ? m : undefined;
+  });
+
+/** Asserts a 307 to `writer` + `path` with the coded body. */
+function assertRedirect(r, writer, path, what) {
+  assert.equal(r.status, 307, `${what}: ${JSON.stringify(r.body)}`);
+  assert.equal(r.headers.get("location"), writer + path, what);
+  assert.equal(r.body.error.code, "ERR_EDGE_READ_ONLY", what);
+  assert.equal(r.body.error.writer, writer, what);
+  assert.match(r.body.error.message, /waits and meta only/, what);
+}
+
+/** Starts `node bin/durable-touch.mjs serve …args` (bun under bun); resolves { url, child }. */
+async function cli(args) {
+  const child = spawn(process.execPath, [CLI, "serve", ...args], { stdio: ["ignore", "pipe", "pipe"] });
+  const err = [];
+  child.stderr.on("data", (d) => err.push(d));
+  const exited = new Promise((r) => child.on("exit", (code, signal) => r(signal ?? code)));
+  const url = await new Promise((resolve, reject) => {
+    let buf = "";
+    child.stdout.on("data", (d) => {
+      buf += d;
+      const m = /listening on (http:\/\/\S+)/.exec(buf);
+      if (m) resolve(m[1]);
+    });
+    exited.then((how) => reject(new Error(`durable-touch serve exited ${how}: ${Buffer.concat(err)}`)));
+  });
+  return { url, child, exited };
+}
+
+test("our writer and edges over NATS: meta and waits at the edge are the writer's; the rest is 307 to the writer", async () => {
+  const broker = await startNats({ bin: nats.bin, storeDir: join(tempDir("dt-fo-srv-"), "js") });
+  const running = [];
+  let edgeCli = null;
+  try {
+    const writer = await startServer({ port: 0, dataDir: tempDir(), nats: broker.url, natsPrefix: "srv" });
+    running.push(writer);
+    assert.equal(writer.role, "writer");
+    // An edge that learns the writer's URL from its beats, and one (the CLI, as `npm start --
+    // --edge` runs it) told another URL for the same writer with --writer, which wins.
+    const edge = await startServer({ port: 0, nats: broker.url, natsPrefix: "srv", edge: true });
+    running.push(edge);
+    assert.equal(edge.role, "edge");
+    const named = writer.url.replace("127.0.0.1", "localhost");
+    edgeCli = await cli(["--port", "0", "--edge", "--nats", broker.url, "--nats-prefix", "srv", "--writer", named]);
+
+    // A stream the edge never heard of.
+    let r = await call(edge.url, "/v1/stream/nope/touch/meta");
+    assert.equal(r.status, 404);
+    assert.equal(r.body.error.code, "ERR_STREAM_NOT_FOUND");
+    r = await call(edge.url, "/v1/stream/nope/touch/wait", { method: "POST", json: { cursor: "now", keyIds: [TABLE], timeoutMs: 100 } });
+    assert.equal(r.status, 404);
+    assert.equal(r.body.error.code, "ERR_STREAM_NOT_FOUND");
+
+    assert.equal((await call(writer.url, "/v1/stream/todos", { method: "PUT" })).status, 201);
+    assert.equal((await call(writer.url, "/v1/stream/todos/_profile", { method: "POST", json: PROFILE })).status, 200);
+    r = await call(writer.url, "/v1/stream/todos/touch/templates/activate", { method: "POST", json: { templates: [TEMPLATE] } });
+    assert.equal(r.status, 200);
+    const tpl = r.body.activated[0].templateId;
+
+    // The edges' cursors are the writer's.
+    const wmeta = (await call(writer.url, "/v1/stream/todos/touch/meta")).body;
+    assert.match(wmeta.cursor, /^[0-9a-f]{16}:\d+$/);
+    const emeta = await edgeAt(edge.url, "todos", wmeta.cursor);
+    assert.equal(emeta.cursor, wmeta.cursor);
+    await edgeAt(edgeCli.url, "todos", wmeta.cursor);
+
+    // Waits parked at the edge with the writer's cursor: the table's and a watch key's wake on
+    // an append at the writer; another table's does not.
+    const wait = (body) => call(edge.url, "/v1/stream/todos/touch/wait", { method: "POST", json: { cursor: wmeta.cursor, timeoutMs: 60_000, ...body } });
+    const table = wait({ keyIds: [TABLE], interestMode: "coarse" });
+    const watch = wait({ keys: [keys.watchKey(tpl, ["t1"])], templateIdsUsed: [tpl] });
+    const other = wait({ keyIds: [keys.tableKeyId("public.other")], interestMode: "coarse", timeoutMs: 1500 });
+    // The writer emits fine touches only for keys someone waits on: the edge reports its
+    // waits' keys (remote hot interest). Appending before the report reached the writer could
+    // leave the watch wait unwoken, so the report is awaited.
+    const interest = await eventually("the edge's interest at the writer", async () => {
+      const m = (await call(writer.url, "/v1/stream/todos/touch/meta")).body;
+      return m.fineWaitersActive >= 1 && m.hotFineKeysActive >= 1 ? m : undefined;
+    });
+    assert.equal(interest.coarseWaitersActive >= 2, true, "the edge's coarse waits are reported too");
+
+    // An append sent to the edge: 307 to the writer with the coded body …
+    const rows = [insert(1, "t1"), insert(2, "t2")];
+    r = await call(edge.url, "/v1/stream/todos", { method: "POST", json: rows });
+    assertRedirect(r, writer.url, "/v1/stream/todos", "append at the edge");
+    assert.equal((await call(writer.url, "/v1/stream/todos?offset=-1")).body.length, 0, "a redirect appends nothing");
+    // … which fetch follows with its method and body: the append lands at the writer.
+    r = await call(edge.url, "/v1/stream/todos", { method: "POST", json: rows, redirect: "follow" });
+    assert.equal(r.status, 204);
+    assert.ok(r.headers.get("stream-next-offset"));
+    const read = await call(writer.url, "/v1/stream/todos?offset=-1");
+    assert.deepEqual(read.body.map((x) => x.key), ["1", "2"]);
+
+    for (const [name, p] of [["table", table], ["watch", watch]]) {
+      const w = await p;
+      assert.equal(w.status, 200, name);
+      assert.equal(w.body.touched, true, `${name}: ${JSON.stringify(w.body)}`);
+    }
+    const o = await other;
+    assert.equal(o.status, 200);
+    assert.equal(o.body.touched, false, JSON.stringify(o.body));
+
+    // The edge follows the writer's cursor past the append.
+    const after = (await call(writer.url, "/v1/stream/todos/touch/meta")).body.cursor;
+    assert.notEqual(after, wmeta.cursor);
+    await edgeAt(edge.url, "todos", after);
+
+    // Everything else goes to the writer, path and query kept; the CLI edge names --writer.
+    const refused = [
+      ["GET", "/v1/stream/todos?offset=-1&limit=5"],
+      ["PUT", "/v1/stream/fresh"],
+      ["DELETE", "/v1/stream/todos"],
+      ["GET", "/v1/stream/todos/_profile"],
+      ["POST", "/v1/stream/todos/_profile", PROFILE],
+      ["POST", "/v1/stream/todos/touch/templates/activate", { templates: [TEMPLATE] }],
+    ];
+    for (const [method, path, json] of refused) {
+      assertRedirect(await call(edge.url, path, { method, json }), writer.url, path, `${method} ${path}`);
+      assertRedirect(await call(edgeCli.url, path, { method, json }), named, path, `${method} ${path} (--writer)`);
+    }
+    // A wait the edge's engine refuses (it would activate templates) goes to the writer too.
+    const declaring = { cursor: after, keyIds: [TABLE], declareTemplates: [TEMPLATE], timeoutMs: 100 };
+    assertRedirect(await call(edge.url, "/v1/stream/todos/touch/wait", { method: "POST", json: declaring }), writer.url, "/v1/stream/todos/touch/wait", "wait declaring templates");
+    assert.equal((await call(writer.url, "/v1/stream/todos?offset=-1")).body.length, 2, "nothing the edge refused reached the writer");
+    assert.equal((await call(writer.url, "/v1/stream/fresh/touch/meta")).body.error.code, "ERR_STREAM_NOT_FOUND");
+
+    // Stats: each side's fan-out counters.
+    const es = (await call(edge.url, "/v1/stats")).body;
+    assert.equal(es.fanout.role, "edge");
+    assert.ok(es.fanout.applied >= 1, JSON.stringify(es.fanout));
+    const ws = (await call(writer.url, "/v1/stats")).body;
+    assert.equal(ws.fanout.role, "writer");
+    assert.ok(ws.fanout.sent >= 1, JSON.stringify(ws.fanout));
+  } finally {
+    if (edgeCli) {
+      edgeCli.child.kill("SIGTERM");
+      await edgeCli.exited;
+    }
+    for (const s of running.reverse()) await s.close();
+    await broker.stop();
+  }
+}, { timeout: 120_000 });
+
+test("an edge that has heard no writer answers 503 ERR_EDGE_READ_ONLY; a server without --nats has no fan-out", async () => {
+  const broker = await startNats({ bin: nats.bin, storeDir: join(tempDir("dt-fo-srv-"), "js") });
+  let edge = null;
+  let plain = null;
+  try {
+    edge = await startServer({ port: 0, nats: broker.url, natsPrefix: "nobody-writes-here", edge: true });
+    const r = await call(edge.url, "/v1/stream/todos", { method: "POST", json: [insert(1, "t1")] });
+    assert.equal(r.status, 503);
+    assert.equal(r.body.error.code, "ERR_EDGE_READ_ONLY");
+    assert.equal(r.body.error.writer, null);
+    assert.equal(r.headers.get("location"), null);
+    assert.equal((await call(edge.url, "/v1/stream/todos/touch/meta")).status, 404);
+
+    plain = await startServer({ port: 0, dataDir: tempDir() });
+    assert.equal(plain.role, null);
+    assert.equal(plain.engine.fanoutStats(), null);
+    assert.equal((await call(plain.url, "/v1/stats")).body.fanout, undefined);
+  } finally {
+    await edge?.close();
+    await plain?.close();
+    await broker.stop();
+  }
+  // Flags that make no sense alone are refused before anything starts.
+  await assert.rejects(startServer({ port: 0, edge: true }), /an edge needs the writer's NATS server/);
+  await assert.rejects(startServer({ port: 0, dataDir: tempDir(), writer: "http://127.0.0.1:1" }), /--writer is for an edge/);
+  await assert.rejects(startServer({ port: 0, nats: "nats://127.0.0.1:1", edge: true, writer: "ftp://x" }), /--writer must be an http\(s\) URL/);
+  await assert.rejects(startServer({ port: 0, nats: "nats://127.0.0.1:1", edge: true, publicUrl: "http://x" }), /--public-url is for a writer/);
+}, { timeout: 60_000 });
+
+test("DURABLE_TOUCH_NATS: the swapped reference's fan-out option from the environment", () => {
+  assert.equal(fanoutFromEnv({ host: "127.0.0.1", port: 8080 }, {}), undefined);
+  assert.equal(fanoutFromEnv({ host: "127.0.0.1", port: 8080 }, { DURABLE_TOUCH_NATS: "  " }), undefined);
+  assert.deepEqual(fanoutFromEnv({ host: "127.0.0.1", port: 8080 }, { DURABLE_TOUCH_NATS: "nats://n:4222" }), { role: "writer", url: "nats://n:4222", writerUrl: "http://127.0.0.1:8080" });
+  assert.deepEqual(fanoutFromEnv({ host: "::1", port: 8080 }, { DURABLE_TOUCH_NATS: "nats://n:4222", DURABLE_TOUCH_NATS_PREFIX: "app1" }), { role: "writer", url: "nats://n:4222", prefix: "app1", writerUrl: "http://[::1]:8080" });
+  // A wildcard host or port 0 names no URL an edge could send a client to.
+  assert.deepEqual(fanoutFromEnv({ host: "0.0.0.0", port: 8080 }, { DURABLE_TOUCH_NATS: "nats://n:4222" }), { role: "writer", url: "nats://n:4222" });
+  assert.deepEqual(fanoutFromEnv({ host: "127.0.0.1", port: 0 }, { DURABLE_TOUCH_NATS: "nats://n:4222" }), { role: "writer", url: "nats://n:4222" });
+  const explicit = { DURABLE_TOUCH_NATS: "nats://n:4222", DURABLE_TOUCH_WRITER_URL: "https://streams.example.com/" };
+  assert.equal(fanoutFromEnv({ host: "0.0.0.0", port: 0 }, explicit).writerUrl, "https://streams.example.com");
+});
+
+/** Starts the swapped reference copy (swap-serve.ts, under Bun) with `env`; resolves { base, child, exited }. */
+async function serveSwapped(copy, env) {
+  const child = spawn(BUN, ["--no-install", SERVE], { env: { ...process.env, APP_SRC: copy, DATA_DIR: tempDir("dt-fo-ref-"), ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  const exited = new Promise((r) => child.on("exit", (code, signal) => r(signal ?? code)));
+  const err = [];
+  child.stderr.on("data", (d) => err.push(d));
+  try {
+    const port = await new Promise((resolve, reject) => {
+      let buf = "";
+      child.stdout.on("data", (d) => {
+        buf += d;
+        const i = buf.indexOf("\n");
+        if (i >= 0) resolve(JSON.parse(buf.slice(0, i)).port);
+      });
+      exited.then((how) => reject(new Error(`swap-serve exited ${how}: ${Buffer.concat(err)}`)));
+    });
+    return { base: `http://127.0.0.1:${port}`, child, exited };
+  } catch (e) {
+    child.kill("SIGKILL");
+    throw e;
+  }
+}
+
+test("the swapped reference server publishes with DURABLE_TOUCH_NATS: an edge of ours mirrors it and wakes on its appends", async () => {
+  const { swapped } = serverCopies("swapped");
+  swap(swapped);
+  const broker = await startNats({ bin: nats.bin, storeDir: join(tempDir("dt-fo-srv-"), "js") });
+  let ref = null;
+  let edge = null;
+  try {
+    // Its own port is picked at start (0), so what edges name comes from the environment.
+    const named = "http://streams-writer.invalid:8080";
+    ref = await serveSwapped(swapped, { DURABLE_TOUCH_NATS: broker.url, DURABLE_TOUCH_NATS_PREFIX: "ref", DURABLE_TOUCH_WRITER_URL: named });
+    edge = await startServer({ port: 0, nats: broker.url, natsPrefix: "ref", edge: true });
+
+    assert.ok((await call(ref.base, "/v1/stream/items", { method: "PUT" })).status < 300);
+    assert.equal((await call(ref.base, "/v1/stream/items/_profile", { method: "POST", json: PROFILE })).status, 200);
+    const rmeta = (await call(ref.base, "/v1/stream/items/touch/meta")).body;
+    assert.match(rmeta.cursor, /^[0-9a-f]{16}:\d+$/);
+    await edgeAt(edge.url, "items", rmeta.cursor);
+
+    const waiting = call(edge.url, "/v1/stream/items/touch/wait", { method: "POST", json: { cursor: rmeta.cursor, keyIds: [TABLE], interestMode: "coarse", timeoutMs: 60_000 } });
+    const r = await call(ref.base, "/v1/stream/items", { method: "POST", json: [insert(1, "t1")] });
+    assert.ok(r.status === 200 || r.status === 204, `append: ${r.status} ${JSON.stringify(r.body)}`);
+    const w = await waiting;
+    assert.equal(w.status, 200);
+    assert.equal(w.body.touched, true, JSON.stringify(w.body));
+
+    // The edge sends writes to the URL the environment named.
+    assertRedirect(await call(edge.url, "/v1/stream/items", { method: "POST", json: [insert(2, "t1")] }), named, "/v1/stream/items", "append at the edge");
+  } finally {
+    await edge?.close();
+    if (ref) {
+      ref.child.kill("SIGTERM");
+      await ref.exited;
+    }
+    await broker.stop();
+  }
+}, { timeout: 120_000, skip: !referenceAvailable() });
