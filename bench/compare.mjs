@@ -86,6 +86,9 @@ export const BENCHES = {
   // bench/local.mjs runs @prisma/streams-local (what `prisma dev` embeds) unswapped and swapped,
   // each in its own process, alternating, and prints the ratios itself.
   local: { selfCompared: true, reference: [], metrics: [] },
+  // bench/scale.mjs compares waits served in the writer's process with waits served by an edge
+  // over NATS JetStream (issue 28), both sides in the same run, and prints its own table.
+  scale: { selfCompared: true, reference: [], metrics: [] },
   journal: {
     reference: [{ script: "b4-journal-touch.ts" }, { script: "b5-waiters.ts" }],
     metrics: [

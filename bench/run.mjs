@@ -6,6 +6,7 @@
 //   npm run bench:compare -- journal --rounds 3   # both sides alternately, 3 times
 //   npm run bench:compare -- swap --rounds 3      # B6 against the server unswapped and swapped
 //   npm run bench:compare -- local --rounds 3     # @prisma/streams-local unswapped and swapped
+//   npm run bench:scale -- --rounds 3             # waits at the writer vs at an edge over NATS
 //
 // Each benchmark `bench/<name>.mjs` is a standalone script (Node by default, `--runtime bun`
 // to run it under Bun) that prints one JSON line per benchmark on stdout. With --compare the
