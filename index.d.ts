@@ -421,6 +421,11 @@ export interface FanoutStats {
   dropped: number
   received: number
   receivedBytes: number
+  /**
+   * The writer's URL as this process names it (an edge: its `writerUrl`, else the one
+   * the writer's beats carry; empty while unknown).
+   */
+  writerUrl: string
   /** Writer: flush records published, and the key ids they carried. */
   flushesSent: number
   keysSent: number

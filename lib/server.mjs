@@ -209,26 +209,17 @@ const FORBIDDEN_METHODS = new Set(["CONNECT", "TRACE", "TRACK"]);
 /**
  * The request handler (Fetch API). With `edge` (an edge's engine and store), only the touch
  * wait and meta routes and /v1/stats are served; the rest is refused with `readOnly`, naming
- * `edge.writer` if given, else the URL the writer's beats carry (the engine's own refusal
- * names it).
+ * `edge.writer` if given, else the URL the writer's beats carry (`fanoutStats().writerUrl`).
  */
 export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024, edge = null }) {
   /**
-   * The writer an edge sends clients to: `edge.writer`, else the engine's (from the writer's
-   * beats, or the engine's `writerUrl` option): `e.writer` of an engine refusal, or of one
-   * asked for here (an empty profile for no stream, which an edge refuses before reading its
-   * arguments, and any engine would refuse as invalid).
+   * The writer an edge sends clients to: `edge.writer`, else the engine's (its `writerUrl`
+   * option, else the writer's beats): `e.writer` of an engine refusal, or its fan-out stats'.
    */
   function writerOf(e) {
     if (edge.writer) return edge.writer;
     if (e?.code === "ERR_EDGE_READ_ONLY") return e.writer || null;
-    try {
-      engine.setProfile("", {});
-    } catch (err) {
-      if (err?.code === "ERR_EDGE_READ_ONLY") return err.writer || null;
-      throw err;
-    }
-    throw new Error("durable-touch: an edge's engine accepted a profile");
+    return engine.fanoutStats()?.writerUrl || null;
   }
 
   async function tail(name) {

@@ -91,6 +91,9 @@ pub struct FanoutStatsJs {
     pub dropped: f64,
     pub received: f64,
     pub received_bytes: f64,
+    /// The writer's URL as this process names it (an edge: its `writerUrl`, else the one
+    /// the writer's beats carry; empty while unknown).
+    pub writer_url: String,
     /// Writer: flush records published, and the key ids they carried.
     pub flushes_sent: f64,
     pub keys_sent: f64,
@@ -1270,6 +1273,7 @@ impl TouchEngine {
             dropped: s.dropped as f64,
             received: s.received as f64,
             received_bytes: s.received_bytes as f64,
+            writer_url: s.writer_url,
             flushes_sent: s.flushes_sent as f64,
             keys_sent: s.keys_sent as f64,
             applied: s.applied as f64,

@@ -46,8 +46,9 @@ pub struct MirrorInfo {
     pub templates: HashMap<String, String>,
 }
 
-/// Beats between two full lists of a stream's templates when they did not change.
-const TEMPLATES_EVERY: u32 = 20;
+/// Beats between two full copies of a stream's profile and templates when they did not
+/// change (an edge that lacks them asks for them sooner, `Interest::want_full`).
+const FULL_EVERY: u32 = 20;
 
 /// How long a writer keeps an edge's reported interest: a few of the edge's reports.
 fn interest_ttl_ms(opts: &FanoutOptions) -> u32 {
@@ -64,6 +65,8 @@ pub struct FanoutStats {
     pub dropped: u64,
     pub received: u64,
     pub received_bytes: u64,
+    /// The writer's URL as an edge names it (its option, else the writer's beats).
+    pub writer_url: String,
     /// Writer: flush records published and the key ids they carried (bytes per touched key
     /// = `sent_bytes / keys_sent`, beats included).
     pub flushes_sent: u64,
@@ -106,8 +109,20 @@ pub(crate) struct Fanout {
     used: Mutex<HashMap<String, HashSet<String>>>,
     /// Edge: a wait brought interest the writer has not heard yet.
     pub interest_dirty: AtomicBool,
-    /// Writer: per stream, the hash of the templates last sent and beats since.
-    template_lists: Mutex<HashMap<String, (u64, u32)>>,
+    /// Edge: ask the writer for a full beat (it started, or met a stream it lacks).
+    want_full: AtomicBool,
+    /// Writer: per stream, what the last beats sent of its profile and templates.
+    sent: Mutex<HashMap<String, Sent>>,
+    /// Writer: an edge asked for a full beat.
+    full_next: AtomicBool,
+}
+
+/// What a writer's beats last sent of a stream (hashes) and how many beats ago.
+#[derive(Clone, Copy)]
+struct Sent {
+    profile: u64,
+    templates: u64,
+    beats: u32,
 }
 
 pub fn shape_of(cfg: &JournalConfig) -> JournalShape {
@@ -167,8 +182,11 @@ impl Fanout {
             counters: Mutex::new(Counters::default()),
             mirrors: Mutex::new(HashMap::new()),
             used: Mutex::new(HashMap::new()),
-            interest_dirty: AtomicBool::new(false),
-            template_lists: Mutex::new(HashMap::new()),
+            // An edge's first report (asking for a full beat) goes out at once.
+            interest_dirty: AtomicBool::new(true),
+            want_full: AtomicBool::new(true),
+            sent: Mutex::new(HashMap::new()),
+            full_next: AtomicBool::new(false),
         })
     }
 
@@ -192,7 +210,7 @@ impl Fanout {
     pub fn observer(self: &Arc<Self>, stream: &str, cfg: &JournalConfig) -> FlushObserver {
         let (me, stream, shape) = (self.clone(), stream.to_string(), shape_of(cfg));
         Arc::new(move |record: &FlushRecord| {
-            let msg = Message::Flush { stream: stream.clone(), writer: me.id, shape, record: record.clone() };
+            let msg = Message::Flush { stream: stream.clone(), shape, record: record.clone() };
             me.send(wire::encode(&msg));
             let mut c = me.counters.lock();
             c.flushes_sent += 1;
@@ -222,6 +240,7 @@ impl Fanout {
             gaps: c.gaps,
             adopted: c.adopted,
             bad_messages: c.bad,
+            writer_url: self.writer_url.lock().clone(),
             ..Default::default()
         };
         if let Some(l) = &*self.link_stats.lock() {
@@ -296,7 +315,7 @@ impl Fanout {
                     since_full = Duration::ZERO;
                     let report = inner.interest_report(&self);
                     // Nothing to say: the writer lets what it holds expire.
-                    if !report.streams.is_empty() {
+                    if !report.streams.is_empty() || report.want_full {
                         self.send(wire::encode_interest(&report));
                     }
                 }
@@ -322,10 +341,10 @@ impl Fanout {
     }
 }
 
-fn hash_templates(list: &[(String, String)]) -> u64 {
-    // DefaultHasher::new() has fixed keys: equal lists hash equal from beat to beat.
+fn hash_of(v: &impl Hash) -> u64 {
+    // DefaultHasher::new() has fixed keys: equal values hash equal from beat to beat.
     let mut h = std::hash::DefaultHasher::new();
-    list.hash(&mut h);
+    v.hash(&mut h);
     h.finish()
 }
 
@@ -346,11 +365,12 @@ impl Inner {
                 let (j, new) = rt.journal(&cfg);
                 created += new as u64;
                 let (epoch, generation) = j.read(|s| (s.epoch().0, s.generation()));
+                let profile = json::stringify(&rt.profile.to_value());
                 streams.push(StreamBeat {
                     stream: name.clone(),
                     epoch,
                     generation,
-                    profile_json: json::stringify(&rt.profile.to_value()),
+                    profile_json: Some(profile),
                     touch_mode: mode_byte(rt.touch_mode),
                     processed_through: rt.processed_through.unwrap_or(-1),
                     lag_source_offsets: rt.lag_source_offsets,
@@ -375,20 +395,26 @@ impl Inner {
             )
         })
         .ok()?;
-        let mut lists = fanout.template_lists.lock();
+        // Profiles and template lists go out when they change, every FULL_EVERY beats, or
+        // when an edge asked (the rest of a beat is small and always sent).
+        let full = fanout.full_next.swap(false, Ordering::AcqRel);
+        let mut sent = fanout.sent.lock();
         for (s, (list, epoch)) in streams.iter_mut().zip(facts) {
             s.stream_epoch = epoch;
             s.active_templates = list.len() as i64;
-            let h = hash_templates(&list);
-            let entry = lists.entry(s.stream.clone()).or_insert((h.wrapping_add(1), 0));
-            if entry.0 != h || entry.1 >= TEMPLATES_EVERY {
-                *entry = (h, 0);
-                s.templates = Some(list);
-            } else {
-                entry.1 += 1;
+            let (p, t) = (hash_of(&s.profile_json), hash_of(&list));
+            let last = sent.get(&s.stream).copied();
+            let due = full || last.is_none_or(|l| l.beats >= FULL_EVERY);
+            if !due && last.is_some_and(|l| l.profile == p) {
+                s.profile_json = None;
             }
+            if due || last.is_none_or(|l| l.templates != t) {
+                s.templates = Some(list);
+            }
+            let beats = if due { 0 } else { last.map_or(0, |l| l.beats + 1) };
+            sent.insert(s.stream.clone(), Sent { profile: p, templates: t, beats });
         }
-        lists.retain(|k, _| streams.iter().any(|s| &s.stream == k));
+        sent.retain(|k, _| streams.iter().any(|s| &s.stream == k));
         Some(Message::Beat { writer: fanout.id, writer_url: fanout.opts.writer_url.clone(), streams })
     }
 
@@ -402,6 +428,9 @@ impl Inner {
                 return;
             }
         };
+        if report.want_full {
+            fanout.full_next.store(true, Ordering::Release);
+        }
         let now = wall_ms();
         let (mut heartbeats, mut reported) = (Vec::new(), Vec::new());
         {
@@ -487,16 +516,31 @@ impl Inner {
     }
 
     fn take_beat(&self, fanout: &Fanout, writer_url: String, streams: Vec<StreamBeat>) {
-        if !writer_url.is_empty() {
+        // The edge's own option wins: a writer often knows itself by a loopback URL.
+        if !writer_url.is_empty() && fanout.opts.writer_url.is_empty() {
             *fanout.writer_url.lock() = writer_url;
         }
         let mut positions = Vec::new();
         let listed: HashSet<String> = streams.iter().map(|s| s.stream.clone()).collect();
         for b in streams {
-            let Ok(raw) = json::parse(&b.profile_json) else { continue };
-            let Ok(profile) = validate_state_protocol_profile(&raw, "profile") else { continue };
-            let Some(cfg) = profile.enabled_touch().cloned() else { continue };
-            self.adopt_profile(&b.stream, profile);
+            let cfg = match &b.profile_json {
+                Some(text) => {
+                    let Ok(raw) = json::parse(text) else { continue };
+                    let Ok(profile) = validate_state_protocol_profile(&raw, "profile") else { continue };
+                    let Some(cfg) = profile.enabled_touch().cloned() else { continue };
+                    self.adopt_profile(&b.stream, profile);
+                    cfg
+                }
+                None => match self.state.lock().streams.get(&b.stream).and_then(|rt| rt.touch().cloned()) {
+                    Some(cfg) => cfg,
+                    None => {
+                        // A stream this edge has no profile for: the next report asks for it.
+                        fanout.want_full.store(true, Ordering::Release);
+                        fanout.interest_dirty.store(true, Ordering::Release);
+                        continue;
+                    }
+                },
+            };
             let shape = shape_of(&JournalConfig::from_options(&journal_options(&cfg)));
             let journal = {
                 let mut mirrors = fanout.mirrors.lock();
@@ -584,7 +628,8 @@ impl Inner {
                 });
             }
         }
-        Interest { edge: fanout.id, ttl_ms: interest_ttl_ms(&fanout.opts), streams }
+        let want_full = fanout.want_full.swap(false, Ordering::AcqRel);
+        Interest { edge: fanout.id, ttl_ms: interest_ttl_ms(&fanout.opts), want_full, streams }
     }
 }
 

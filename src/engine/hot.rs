@@ -238,6 +238,19 @@ impl HotState {
         lease
     }
 
+    /// What an edge's report says of this state, save the keys and templates in grace: it
+    /// changes when a wait brings a key or template not active yet or the first waiter of a
+    /// kind (an edge then reports at once, not at its next beat).
+    pub fn interest_shape(&self) -> (usize, usize, bool, bool, bool) {
+        (
+            self.key_active.len(),
+            self.template_active.len(),
+            self.fine_waiters > 0,
+            self.coarse_waiters > 0,
+            self.broad_fine_waiters > 0,
+        )
+    }
+
     /// Takes an edge's latest report for this stream (replacing its previous one).
     pub fn set_remote(&mut self, edge: u64, interest: RemoteInterest) {
         self.remote.insert(edge, interest);

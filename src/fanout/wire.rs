@@ -15,7 +15,7 @@
 use crate::error::{Error, Result};
 use crate::journal::{Epoch, FlushRecord};
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 const FLUSH: u8 = b'F';
 const BEAT: u8 = b'B';
 const INTEREST: u8 = b'I';
@@ -35,8 +35,9 @@ pub struct StreamBeat {
     pub stream: String,
     pub epoch: u64,
     pub generation: u32,
-    /// The state-protocol profile, as JSON text.
-    pub profile_json: String,
+    /// The state-protocol profile, as JSON text, when it changed since the last beat (or now
+    /// and then, or an edge asked for everything); `None`: as last sent.
+    pub profile_json: Option<String>,
     /// 0 fine, 1 restricted, 2 coarse only.
     pub touch_mode: u8,
     /// The checkpoint, -1 before any.
@@ -52,7 +53,7 @@ pub struct StreamBeat {
 /// What goes from the writer to the edges.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Message {
-    Flush { stream: String, writer: u64, shape: JournalShape, record: FlushRecord },
+    Flush { stream: String, shape: JournalShape, record: FlushRecord },
     Beat { writer: u64, writer_url: String, streams: Vec<StreamBeat> },
 }
 
@@ -74,6 +75,9 @@ pub struct StreamInterest {
 pub struct Interest {
     pub edge: u64,
     pub ttl_ms: u32,
+    /// The edge lacks what beats send only on change (it started, or met a stream it does not
+    /// know): the next beat carries every stream's profile and templates.
+    pub want_full: bool,
     pub streams: Vec<StreamInterest>,
 }
 
@@ -102,33 +106,50 @@ impl W {
         self.len(s.len());
         self.0.extend_from_slice(s.as_bytes());
     }
+    /// LEB128.
+    fn var(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.0.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.0.push(v as u8);
+    }
+    /// Zigzag LEB128.
+    fn svar(&mut self, v: i64) {
+        self.var(((v << 1) ^ (v >> 63)) as u64);
+    }
+    fn vstr(&mut self, s: &str) {
+        self.var(s.len() as u64);
+        self.0.extend_from_slice(s.as_bytes());
+    }
 }
 
 /// Encodes a writer's message.
 pub fn encode(msg: &Message) -> Vec<u8> {
     let mut w = W::default();
     match msg {
-        Message::Flush { stream, writer, shape, record } => {
-            w.0.reserve(80 + stream.len() + record.keys.len() * 4 + record.exact.len() * 8);
+        Message::Flush { stream, shape, record } => {
+            // A flush is the fan-out's hot message: 4 bytes a key id, and a header of varints
+            // (~30 bytes for a short stream name).
+            w.0.reserve(40 + stream.len() + record.keys.len() * 4 + record.exact.len() * 8);
             w.u8(FLUSH);
             w.u8(VERSION);
-            w.str(stream);
-            w.u64(*writer);
+            w.vstr(stream);
             w.u8(shape.filter_pow2);
             w.u8(shape.k);
-            w.u32(shape.key_index_max_keys);
-            w.u32(shape.bucket_ms);
+            w.var(shape.key_index_max_keys as u64);
+            w.var(shape.bucket_ms as u64);
             w.u64(record.epoch.0);
-            w.u32(record.generation);
-            w.i64(record.flush_at_ms);
-            w.i64(record.bucket_start_ms);
-            w.i64(record.max_source_offset);
+            w.var(record.generation as u64);
+            w.svar(record.flush_at_ms);
+            w.svar(record.flush_at_ms.wrapping_sub(record.bucket_start_ms));
+            w.svar(record.max_source_offset);
             w.u8(record.overflow as u8);
-            w.len(record.keys.len());
+            w.var(record.keys.len() as u64);
             for &k in &record.keys {
                 w.u32(k);
             }
-            w.len(record.exact.len());
+            w.var(record.exact.len() as u64);
             for &k in &record.exact {
                 w.u64(k);
             }
@@ -143,7 +164,13 @@ pub fn encode(msg: &Message) -> Vec<u8> {
                 w.str(&s.stream);
                 w.u64(s.epoch);
                 w.u32(s.generation);
-                w.str(&s.profile_json);
+                match &s.profile_json {
+                    None => w.u8(0),
+                    Some(p) => {
+                        w.u8(1);
+                        w.str(p);
+                    }
+                }
                 w.u8(s.touch_mode);
                 w.i64(s.processed_through);
                 w.i64(s.lag_source_offsets);
@@ -173,6 +200,7 @@ pub fn encode_interest(i: &Interest) -> Vec<u8> {
     w.u8(VERSION);
     w.u64(i.edge);
     w.u32(i.ttl_ms);
+    w.u8(i.want_full as u8);
     w.len(i.streams.len());
     for s in &i.streams {
         w.str(&s.stream);
@@ -233,6 +261,33 @@ impl<'a> R<'a> {
         }
         Ok(n)
     }
+    fn var(&mut self) -> Result<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8()?;
+            v |= ((b & 0x7f) as u64) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(Error::Fanout("a fan-out varint is too long".into()))
+    }
+    fn svar(&mut self) -> Result<i64> {
+        let v = self.var()?;
+        Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
+    }
+    /// A varint count of items of at least `min_bytes` each (see [`R::count`]).
+    fn vcount(&mut self, min_bytes: usize) -> Result<usize> {
+        let n = usize::try_from(self.var()?).map_err(|_| short())?;
+        if n.saturating_mul(min_bytes.max(1)) > self.b.len() {
+            return Err(short());
+        }
+        Ok(n)
+    }
+    fn vstr(&mut self) -> Result<String> {
+        let n = self.vcount(1)?;
+        String::from_utf8(self.take(n)?.to_vec()).map_err(|_| Error::Fanout("a fan-out string is not UTF-8".into()))
+    }
     fn str(&mut self) -> Result<String> {
         let n = self.count(1)?;
         String::from_utf8(self.take(n)?.to_vec()).map_err(|_| Error::Fanout("a fan-out string is not UTF-8".into()))
@@ -263,19 +318,22 @@ pub fn decode(bytes: &[u8]) -> Result<Message> {
     let msg = match kind {
         FLUSH => {
             r.header(FLUSH)?;
-            let stream = r.str()?;
-            let writer = r.u64()?;
-            let shape =
-                JournalShape { filter_pow2: r.u8()?, k: r.u8()?, key_index_max_keys: r.u32()?, bucket_ms: r.u32()? };
+            let stream = r.vstr()?;
+            let shape = JournalShape {
+                filter_pow2: r.u8()?,
+                k: r.u8()?,
+                key_index_max_keys: u32::try_from(r.var()?).map_err(|_| short())?,
+                bucket_ms: u32::try_from(r.var()?).map_err(|_| short())?,
+            };
             let epoch = Epoch(r.u64()?);
-            let generation = r.u32()?;
-            let flush_at_ms = r.i64()?;
-            let bucket_start_ms = r.i64()?;
-            let max_source_offset = r.i64()?;
+            let generation = u32::try_from(r.var()?).map_err(|_| short())?;
+            let flush_at_ms = r.svar()?;
+            let bucket_start_ms = flush_at_ms.wrapping_sub(r.svar()?);
+            let max_source_offset = r.svar()?;
             let overflow = r.u8()? != 0;
-            let n = r.count(4)?;
+            let n = r.vcount(4)?;
             let keys = (0..n).map(|_| r.u32()).collect::<Result<Vec<_>>>()?;
-            let n = r.count(8)?;
+            let n = r.vcount(8)?;
             let exact = (0..n).map(|_| r.u64()).collect::<Result<Vec<_>>>()?;
             let record = FlushRecord {
                 epoch,
@@ -287,19 +345,19 @@ pub fn decode(bytes: &[u8]) -> Result<Message> {
                 flush_at_ms,
                 max_source_offset,
             };
-            Message::Flush { stream, writer, shape, record }
+            Message::Flush { stream, shape, record }
         }
         BEAT => {
             r.header(BEAT)?;
             let writer = r.u64()?;
             let writer_url = r.str()?;
-            let n = r.count(40)?;
+            let n = r.count(38)?;
             let mut streams = Vec::with_capacity(n);
             for _ in 0..n {
                 let stream = r.str()?;
                 let epoch = r.u64()?;
                 let generation = r.u32()?;
-                let profile_json = r.str()?;
+                let profile_json = if r.u8()? == 0 { None } else { Some(r.str()?) };
                 let touch_mode = r.u8()?;
                 let processed_through = r.i64()?;
                 let lag_source_offsets = r.i64()?;
@@ -338,6 +396,7 @@ pub fn decode_interest(bytes: &[u8]) -> Result<Interest> {
     r.header(INTEREST)?;
     let edge = r.u64()?;
     let ttl_ms = r.u32()?;
+    let want_full = r.u8()? != 0;
     let n = r.count(28)?;
     let mut streams = Vec::with_capacity(n);
     for _ in 0..n {
@@ -360,7 +419,7 @@ pub fn decode_interest(bytes: &[u8]) -> Result<Interest> {
         });
     }
     r.end()?;
-    Ok(Interest { edge, ttl_ms, streams })
+    Ok(Interest { edge, ttl_ms, want_full, streams })
 }
 
 #[cfg(test)]
@@ -372,7 +431,6 @@ mod tests {
     fn flush(keys: Vec<u32>, exact: Vec<u64>) -> Message {
         Message::Flush {
             stream: "orders/é".into(),
-            writer: 42,
             shape: JournalShape { filter_pow2: 22, k: 4, key_index_max_keys: 32, bucket_ms: 100 },
             record: FlushRecord {
                 epoch: Epoch(0xdead_beef),
@@ -419,7 +477,7 @@ mod tests {
                     stream: "a".into(),
                     epoch: 3,
                     generation: 4,
-                    profile_json: "{\"kind\":\"state-protocol\"}".into(),
+                    profile_json: Some("{\"kind\":\"state-protocol\"}".into()),
                     touch_mode: 1,
                     processed_through: 99,
                     lag_source_offsets: 2,
@@ -434,6 +492,7 @@ mod tests {
         let interest = Interest {
             edge: 5,
             ttl_ms: 3000,
+            want_full: true,
             streams: vec![StreamInterest {
                 stream: "a".into(),
                 fine_waiters: 2,
@@ -451,17 +510,25 @@ mod tests {
     #[test]
     fn another_version_is_refused_by_name() {
         let mut b = encode(&flush(vec![1], vec![]));
-        b[1] = 2;
+        b[1] = 1;
         let e = decode(&b).unwrap_err();
-        assert!(e.to_string().contains("version 2"), "{e}");
+        assert!(e.to_string().contains("version 1"), "{e}");
     }
 
     #[test]
     fn a_huge_count_is_refused_without_allocating_it() {
         let mut b = encode(&flush(vec![], vec![]));
-        // The key count sits before the exact count (4 bytes) at the end.
-        let at = b.len() - 8;
-        b[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        // The key and exact counts are the last two bytes (two empty varints).
+        let at = b.len() - 2;
+        b.truncate(at);
+        b.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f, 0]);
         assert!(decode(&b).is_err());
+    }
+
+    #[test]
+    fn a_flush_header_is_small_and_keys_cost_four_bytes() {
+        let none = encode(&flush(vec![], vec![])).len();
+        assert!(none <= 40, "header of {none} bytes");
+        assert_eq!(encode(&flush(vec![1; 100], vec![])).len(), none + 400);
     }
 }

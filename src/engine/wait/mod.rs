@@ -207,6 +207,7 @@ impl TouchEngine {
             };
             let (j, created) = rt.journal(cfg);
             let j = j.clone();
+            let shape = rt.hot.as_ref().map(HotState::interest_shape);
             let lease = rt.hot.get_or_insert_with(HotState::default).begin(
                 args.interest,
                 &plan.hot_key_ids,
@@ -214,14 +215,16 @@ impl TouchEngine {
                 &limits,
                 now,
             );
+            if let Some(f) = &self.inner.fanout {
+                if shape != rt.hot.as_ref().map(HotState::interest_shape) {
+                    f.interest_dirty.store(true, Ordering::Release);
+                }
+            }
             if created {
                 st.journals_created += 1;
             }
             (j, lease)
         };
-        if let Some(f) = &self.inner.fanout {
-            f.interest_dirty.store(true, Ordering::Release);
-        }
         // Rows the loop left unprocessed while nobody listened are processed now.
         self.inner.poke_if_deferred(stream);
         let release = {
