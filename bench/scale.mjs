@@ -227,17 +227,21 @@ async function natsPublisher(port) {
   };
 }
 
-/** An edge's interest report (src/fanout/wire.rs `encode_interest`). */
+/**
+ * An edge's interest report, format version 2 (src/fanout/wire.rs `encode_interest`; a writer
+ * counts a report it cannot read in `fanoutStats().badMessages`, which the bench checks).
+ */
 function interestReport(edgeId, ttlMs, stream, fineWaiters, keyIds) {
   const s = Buffer.from(stream);
-  const b = Buffer.alloc(2 + 8 + 4 + 4 + 4 + s.length + 12 + 4 + 4 * keyIds.length + 4 + 4);
+  const b = Buffer.alloc(2 + 8 + 4 + 1 + 4 + 4 + s.length + 12 + 4 + 4 * keyIds.length + 4 + 4);
   let o = 0;
   b[o++] = 0x49; // 'I'
-  b[o++] = 1;
+  b[o++] = 2;
   b.writeBigUInt64LE(edgeId, o);
   o += 8;
   b.writeUInt32LE(ttlMs, o);
   o += 4;
+  b[o++] = 0; // want_full
   b.writeUInt32LE(1, o);
   o += 4;
   b.writeUInt32LE(s.length, o);
@@ -534,6 +538,8 @@ async function runCost(ctx, round_) {
           });
           log(`  ${spec.edges}x${spec.hz}: ${reportsPerSec} reports/s, writer ${w.writerCores} cores (+${round(extra, 3)}), ${round((extra * 1e6) / reportsPerSec, 2)} us/report`);
           await sleep(2500); // the simulated edges' interest expires (ttl 2 s)
+          const bad = (await writer.call("usage", {})).fanout?.badMessages ?? 0;
+          if (bad > 0) throw new Error(`the writer could not read ${bad} simulated reports: interestReport() is out of step with src/fanout/wire.rs`);
         }
       } finally {
         await pub.close();

@@ -617,13 +617,14 @@ impl Inner {
                     continue;
                 }
                 let broad = snap.broad_fine_waiters + (!snap.key_filtering && snap.fine_waiters > 0) as u64;
+                let ids = rt.hot.as_ref().map(|h| h.hot_ids()).unwrap_or_default();
                 streams.push(StreamInterest {
                     stream: name.clone(),
                     fine_waiters: snap.fine_waiters as u32,
                     coarse_waiters: snap.coarse_waiters as u32,
                     broad_fine_waiters: broad as u32,
-                    keys: snap.hot_keys.map(|k| k.into_iter().collect()).unwrap_or_default(),
-                    templates: snap.hot_template_ids.unwrap_or_default(),
+                    keys: ids.keys.map(|k| k.into_iter().collect()).unwrap_or_default(),
+                    templates: ids.template_ids.unwrap_or_default(),
                     templates_used,
                 });
             }

@@ -159,10 +159,15 @@ pub struct HotSnapshot {
     pub hot_template_grace: usize,
     pub template_filtering: bool,
     pub key_filtering: bool,
+}
+
+/// The hot template and key ids themselves ([`HotState::hot_ids`]): what an edge reports.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HotIds {
     /// Active ∪ grace template ids, when template filtering is on.
-    pub hot_template_ids: Option<Vec<String>>,
+    pub template_ids: Option<Vec<String>>,
     /// Active ∪ grace key ids, when key filtering is on.
-    pub hot_keys: Option<HashSet<u32>>,
+    pub keys: Option<HashSet<u32>>,
 }
 
 impl HotSnapshot {
@@ -387,7 +392,16 @@ impl HotState {
             hot_template_grace: self.template_grace.len(),
             template_filtering,
             key_filtering,
-            hot_template_ids: template_filtering.then(|| {
+        }
+    }
+
+    /// The hot ids behind [`HotState::snapshot`]'s counts. Batches need only the counts (B4:
+    /// fine demand delivers every fine key); building the union of every edge's keys for
+    /// each batch cost a writer with 1,000 edges' reports (64,000 keys) ~0.6 of a core.
+    pub fn hot_ids(&self) -> HotIds {
+        let snap = self.snapshot();
+        HotIds {
+            template_ids: snap.template_filtering.then(|| {
                 let mut ids: Vec<String> = self
                     .template_active
                     .keys()
@@ -399,7 +413,7 @@ impl HotState {
                 ids.dedup();
                 ids
             }),
-            hot_keys: key_filtering.then(|| {
+            keys: snap.key_filtering.then(|| {
                 self.key_active
                     .keys()
                     .chain(self.key_grace.keys())
@@ -426,7 +440,7 @@ mod tests {
         let s = h.snapshot();
         assert_eq!((s.fine_waiters, s.hot_key_active, s.hot_template_active), (1, 2, 1));
         assert!(s.template_filtering && s.key_filtering);
-        assert_eq!(s.hot_template_ids, Some(vec![T1.to_string()]));
+        assert_eq!(h.hot_ids().template_ids, Some(vec![T1.to_string()]));
         h.release(&lease, &L, 100);
         let s = h.snapshot();
         assert_eq!((s.fine_waiters, s.hot_key_active, s.hot_key_grace, s.hot_template_grace), (0, 0, 2, 1));
@@ -473,7 +487,7 @@ mod tests {
         h.release(&b, &L, 20);
         let s = h.snapshot();
         assert_eq!((s.hot_key_active, s.hot_key_grace), (0, 1));
-        assert!(s.hot_keys.unwrap().contains(&7));
+        assert!(h.hot_ids().keys.unwrap().contains(&7));
     }
 
     #[test]
@@ -486,7 +500,7 @@ mod tests {
         assert!(h.sweep(&L, 1000, true));
         let s = h.snapshot();
         assert_eq!((s.hot_key_grace, s.hot_template_grace), (1, 1), "8 expired; 7 and T1 were renewed");
-        assert!(s.hot_keys.unwrap().contains(&7));
+        assert!(h.hot_ids().keys.unwrap().contains(&7));
         assert!(h.sweep(&L, 1599, true));
         assert!(!h.sweep(&L, 1600, true));
     }
