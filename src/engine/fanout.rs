@@ -218,6 +218,19 @@ impl Fanout {
         })
     }
 
+    /// Edge: the mirror of `stream`, made with `shape`; a writer's journal made anew with other
+    /// options is mirrored anew too (the old mirror's waiters are answered).
+    fn mirror(&self, stream: &str, shape: JournalShape) -> Journal {
+        let mut mirrors = self.mirrors.lock();
+        let (s, j) = mirrors.entry(stream.to_string()).or_insert_with(|| (shape, Journal::new(options_of(&shape))));
+        if *s != shape {
+            j.stop();
+            *s = shape;
+            *j = Journal::new(options_of(&shape));
+        }
+        j.clone()
+    }
+
     /// Edge: records a heartbeat of templates for the next report.
     pub fn note_templates_used(&self, stream: &str, ids: &[String]) {
         let mut used = self.used.lock();
@@ -472,18 +485,7 @@ impl Inner {
         let Some(fanout) = &self.fanout else { return };
         match wire::decode(bytes) {
             Ok(Message::Flush { stream, shape, record, .. }) => {
-                let journal = {
-                    let mut mirrors = fanout.mirrors.lock();
-                    let entry = mirrors.entry(stream.clone());
-                    let (s, j) = entry.or_insert_with(|| (shape, Journal::new(options_of(&shape))));
-                    if *s != shape {
-                        // The writer's journal was made anew with other options: so is ours.
-                        j.stop();
-                        *s = shape;
-                        *j = Journal::new(options_of(&shape));
-                    }
-                    j.clone()
-                };
+                let journal = fanout.mirror(&stream, shape);
                 self.attach_mirror(&stream, &journal);
                 let applied = journal.apply_flush(&record);
                 let mut c = fanout.counters.lock();
@@ -542,17 +544,7 @@ impl Inner {
                 },
             };
             let shape = shape_of(&JournalConfig::from_options(&journal_options(&cfg)));
-            let journal = {
-                let mut mirrors = fanout.mirrors.lock();
-                let (s, j) =
-                    mirrors.entry(b.stream.clone()).or_insert_with(|| (shape, Journal::new(options_of(&shape))));
-                if *s != shape {
-                    j.stop();
-                    *s = shape;
-                    *j = Journal::new(options_of(&shape));
-                }
-                j.clone()
-            };
+            let journal = fanout.mirror(&b.stream, shape);
             let mut st = self.state.lock();
             if let Some(rt) = st.streams.get_mut(&b.stream) {
                 rt.journal = Some(journal.clone());
