@@ -387,6 +387,7 @@ test("randomized: cursors carried between the writer and two edges answer alike 
     ];
     /** @type {Promise<unknown> | null} */
     let parked = null;
+    let closing = false;
     try {
       const tpl = writer.engine.activateTemplates("s", [POSTS]).activated[0].templateId;
       const pool = [await settled(writer, ...edges)];
@@ -394,8 +395,16 @@ test("randomized: cursors carried between the writer and two edges answer alike 
       const keySets = [];
       for (let t = 0; t < 30; t++) keySets.push({ ids: [keys.tableKeyId(`t${t}`)], hex: [keys.tableKey(`t${t}`)] });
       for (let a = 0; a < 30; a++) keySets.push({ ids: [keys.watchKeyId(tpl, [String(a)])], hex: [keys.watchKey(tpl, [String(a)])] });
-      // A fine waiter parked at an edge all along: the writer's batches are never idle.
-      parked = edges[0].engine.wait({ stream: "s", cursor: pool[0], keys: [keys.watchKey(tpl, ["-1"])], templateIdsUsed: [tpl], timeoutMs: 120_000 });
+      // A fine waiter parked at an edge all along, so the writer's batches are never idle. A
+      // coarsened batch wakes it through its template's key (W3): it parks again at once.
+      const park = (cursor) => {
+        parked = edges[0].engine
+          .wait({ stream: "s", cursor, keys: [keys.watchKey(tpl, ["-1"])], templateIdsUsed: [tpl], timeoutMs: 120_000 })
+          .then((r) => (closing ? r : park(r.cursor)), (e) => assert.ok(closing, `the parked wait failed: ${e}`));
+        return parked;
+      };
+      park(pool[0]);
+      await until(async () => (await writer.engine.meta("s")).fineWaitersActive >= 1, "the edge's fine waiter at the writer");
       let waits = 0;
       const modes = new Set();
       for (let round = 0; round < 15; round++) {
@@ -431,6 +440,7 @@ test("randomized: cursors carried between the writer and two edges answer alike 
       for (const e of edges) assert.equal(e.engine.fanoutStats().gaps, 0);
       assert.ok(modes.size >= 2, `the phases ran in more than one touch mode: ${[...modes]}`);
     } finally {
+      closing = true;
       for (const e of edges) await e.close();
       await writer.close();
       await parked;
