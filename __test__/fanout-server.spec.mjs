@@ -205,6 +205,87 @@ test("our writer and edges over NATS: meta and waits at the edge are the writer'
   }
 }, { timeout: 120_000 });
 
+/** A wait at `base` answered at once (timeoutMs 0): { touched, stale, cursor }. */
+async function probe(base, stream, cursor, keyIds) {
+  const r = await call(base, `/v1/stream/${stream}/touch/wait`, { method: "POST", json: { cursor, keyIds, interestMode: "coarse", timeoutMs: 0 } });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  return r.body;
+}
+
+test("an edge process killed with SIGKILL and started again: within retention its old cursors are answered precisely, past it they are stale", async () => {
+  const broker = await startNats({ bin: nats.bin, storeDir: join(tempDir("dt-fo-srv-"), "js") });
+  const running = [];
+  const edges = [];
+  const edgeProcess = async (prefix) => {
+    const e = await cli(["--port", "0", "--edge", "--nats", broker.url, "--nats-prefix", prefix]);
+    edges.push(e);
+    return e;
+  };
+  const kill9 = async (e) => {
+    e.child.kill("SIGKILL");
+    assert.equal(await e.exited, "SIGKILL");
+  };
+  // One writer keeps its flushes 10 minutes (the default), one 1 s (--nats-max-age-ms).
+  const scenario = async (prefix, writerOpts, afterKill) => {
+    const writer = await startServer({ port: 0, dataDir: tempDir(), nats: broker.url, natsPrefix: prefix, ...writerOpts });
+    running.push(writer);
+    assert.equal((await call(writer.url, "/v1/stream/todos", { method: "PUT" })).status, 201);
+    assert.equal((await call(writer.url, "/v1/stream/todos/_profile", { method: "POST", json: PROFILE })).status, 200);
+    assert.equal((await call(writer.url, "/v1/stream/todos", { method: "POST", json: [insert(1, "t1")] })).status, 204);
+    const first = await edgeProcess(prefix);
+    // The cursor a client got from the first edge process, and a wait it holds there.
+    const before = (await call(writer.url, "/v1/stream/todos/touch/meta?settle=flush")).body.cursor;
+    const cursor = (await edgeAt(first.url, "todos", before)).cursor;
+    const held = call(first.url, "/v1/stream/todos/touch/wait", { method: "POST", json: { cursor, keyIds: [TABLE], interestMode: "coarse", timeoutMs: 60_000 } });
+    const settledHeld = held.then(() => "answered", (e) => `failed: ${e.cause?.code ?? e.message}`);
+    await sleep(100);
+    await kill9(first);
+    // The client's connection ends with the process: an error, not an answer and not a hang.
+    assert.match(await settledHeld, /^failed/);
+    // Written while no edge runs.
+    assert.equal((await call(writer.url, "/v1/stream/todos", { method: "POST", json: [insert(2, "t2")] })).status, 204);
+    const now = (await call(writer.url, "/v1/stream/todos/touch/meta?settle=flush")).body.cursor;
+    assert.notEqual(now, cursor);
+    await afterKill();
+    const second = await edgeProcess(prefix);
+    await edgeAt(second.url, "todos", now);
+    return { writer, second, cursor, now };
+  };
+
+  try {
+    // Within retention: the new process replays every flush and knows what changed after the
+    // old cursor, and what did not.
+    const kept = await scenario("k9kept", {}, async () => {});
+    let r = await probe(kept.second.url, "todos", kept.cursor, [TABLE]);
+    assert.deepEqual([r.touched, r.stale], [true, undefined], `the change after the old cursor: ${JSON.stringify(r)}`);
+    r = await probe(kept.second.url, "todos", kept.cursor, [keys.tableKeyId("public.other")]);
+    assert.deepEqual([r.touched, r.stale], [false, undefined], `no change invented: ${JSON.stringify(r)}`);
+    r = await probe(kept.second.url, "todos", kept.now, [TABLE]);
+    assert.deepEqual([r.touched, r.stale, r.cursor], [false, undefined, kept.now]);
+    const w = await probe(kept.writer.url, "todos", kept.cursor, [TABLE]);
+    assert.equal(w.touched, true, "the writer answers the killed edge's cursor alike");
+
+    // Past retention: the flush after the old cursor is gone from the broker, so the new
+    // process cannot know what it held: stale (never a silent `false`), then it follows.
+    const lost = await scenario("k9lost", { natsMaxAgeMs: 1_000 }, () => sleep(2_500));
+    r = await probe(lost.second.url, "todos", lost.cursor, [keys.tableKeyId("public.other")]);
+    assert.equal(r.stale, true, `an old cursor past retention: ${JSON.stringify(r)}`);
+    assert.equal(r.cursor, lost.now);
+    const waiting = call(lost.second.url, "/v1/stream/todos/touch/wait", { method: "POST", json: { cursor: lost.now, keyIds: [TABLE], interestMode: "coarse", timeoutMs: 60_000 } });
+    await sleep(100);
+    assert.equal((await call(lost.writer.url, "/v1/stream/todos", { method: "POST", json: [insert(3, "t3")] })).status, 204);
+    const followed = await waiting;
+    assert.equal(followed.body.touched, true, `the new edge process follows: ${JSON.stringify(followed.body)}`);
+  } finally {
+    for (const e of edges) {
+      if (e.child.exitCode === null && e.child.signalCode === null) e.child.kill("SIGKILL");
+      await e.exited;
+    }
+    for (const s of running.reverse()) await s.close();
+    await broker.stop();
+  }
+}, { timeout: 120_000 });
+
 test("an edge that has heard no writer answers 503 ERR_EDGE_READ_ONLY; a server without --nats has no fan-out", async () => {
   const broker = await startNats({ bin: nats.bin, storeDir: join(tempDir("dt-fo-srv-"), "js") });
   let edge = null;
@@ -232,6 +313,9 @@ test("an edge that has heard no writer answers 503 ERR_EDGE_READ_ONLY; a server 
   await assert.rejects(startServer({ port: 0, dataDir: tempDir(), writer: "http://127.0.0.1:1" }), /--writer is for an edge/);
   await assert.rejects(startServer({ port: 0, nats: "nats://127.0.0.1:1", edge: true, writer: "ftp://x" }), /--writer must be an http\(s\) URL/);
   await assert.rejects(startServer({ port: 0, nats: "nats://127.0.0.1:1", edge: true, publicUrl: "http://x" }), /--public-url is for a writer/);
+  await assert.rejects(startServer({ port: 0, nats: "nats://127.0.0.1:1", edge: true, natsMaxAgeMs: 5000 }), /--nats-max-age-ms is for a writer/);
+  await assert.rejects(startServer({ port: 0, dataDir: tempDir(), natsMaxBytes: 1e6 }), /--nats-max-bytes is for a writer/);
+  await assert.rejects(startServer({ port: 0, dataDir: tempDir(), nats: "nats://127.0.0.1:1", natsMaxAgeMs: "10s" }), /--nats-max-age-ms must be an integer >= 1000/);
 }, { timeout: 60_000 });
 
 test("DURABLE_TOUCH_NATS: the swapped reference's fan-out option from the environment", () => {
@@ -244,6 +328,8 @@ test("DURABLE_TOUCH_NATS: the swapped reference's fan-out option from the enviro
   assert.deepEqual(fanoutFromEnv({ host: "127.0.0.1", port: 0 }, { DURABLE_TOUCH_NATS: "nats://n:4222" }), { role: "writer", url: "nats://n:4222" });
   const explicit = { DURABLE_TOUCH_NATS: "nats://n:4222", DURABLE_TOUCH_WRITER_URL: "https://streams.example.com/" };
   assert.equal(fanoutFromEnv({ host: "0.0.0.0", port: 0 }, explicit).writerUrl, "https://streams.example.com");
+  const kept = { DURABLE_TOUCH_NATS: "nats://n:4222", DURABLE_TOUCH_NATS_MAX_AGE_MS: "60000", DURABLE_TOUCH_NATS_MAX_BYTES: " 1048576 " };
+  assert.deepEqual(fanoutFromEnv({ host: "0.0.0.0", port: 0 }, kept), { role: "writer", url: "nats://n:4222", maxAgeMs: 60_000, maxBytes: 1_048_576 });
 });
 
 /** Starts the swapped reference copy (swap-serve.ts, under Bun) with `env`; resolves { base, child, exited }. */

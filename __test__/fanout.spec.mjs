@@ -248,6 +248,32 @@ test("past retention an edge's old cursors answer stale, never a silent miss; th
   });
 });
 
+test("a writer restarted with a shorter retention sets it on its JetStream stream", async () => {
+  await withNats(async (server, dir) => {
+    const prefix = newPrefix();
+    let writer = await openWriter(dir, server.url, prefix); // the default: 10 minutes
+    await writer.store.append("s", [rec(1, 7)]);
+    await settled(writer);
+    await writer.close();
+    writer = await openWriter(dir, server.url, prefix, { maxAgeMs: 1_000 });
+    let edge = null;
+    try {
+      const cursor = (await writer.engine.meta("s", { settle: "flush", timeoutMs: 10_000 })).cursor;
+      await writer.store.append("s", [rec(2, 7)]);
+      await settled(writer);
+      await sleep(2_500); // past the new retention, well within the old one
+      edge = await openEdge(server.url, prefix);
+      const now = await settled(writer, edge);
+      const r = await check(edge, cursor, [TABLE + 999]);
+      assert.equal(r.stale, true, `the flush after the cursor is gone from the broker: ${JSON.stringify(r)}`);
+      assert.equal(r.cursor, now);
+    } finally {
+      await edge?.close();
+      await writer.close();
+    }
+  });
+}, { timeout: 60_000 });
+
 test("the broker killed mid-load and restarted: no wait hangs, every edge answer matches the writer's or is stale", async () => {
   await withNats(async (server, dir) => {
     const prefix = newPrefix();

@@ -2,7 +2,8 @@
 // durable-touch command line.
 //
 //   durable-touch [serve] [--port 8787] [--host 127.0.0.1] [--data ./data] [--workers N]
-//                 [--nats nats://host:4222 [--nats-prefix durable-touch] [--public-url URL]]
+//                 [--nats nats://host:4222 [--nats-prefix durable-touch] [--public-url URL]
+//                  [--nats-max-age-ms 600000] [--nats-max-bytes 268435456]]
 //   durable-touch [serve] --edge --nats nats://host:4222 [--nats-prefix P] [--writer URL]
 //                 [--port N] [--host H]
 //   durable-touch swap <path-to-server-src | @prisma/streams-local install> [--undo]
@@ -37,6 +38,8 @@ if (command === "serve") {
       nats: flag("nats"),
       natsPrefix: flag("nats-prefix"),
       publicUrl: flag("public-url"),
+      natsMaxAgeMs: flag("nats-max-age-ms"),
+      natsMaxBytes: flag("nats-max-bytes"),
       edge: argv.includes("--edge"),
       writer: flag("writer"),
     });

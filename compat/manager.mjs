@@ -37,7 +37,8 @@
 // The fan-out (issue 28) is turned on by the environment, so a deployment adds edges without
 // code changes: with DURABLE_TOUCH_NATS=nats://host:port the engine is a writer publishing its
 // journals' flushes and beats there (prefix DURABLE_TOUCH_NATS_PREFIX, default
-// `durable-touch`), and its edges send clients to DURABLE_TOUCH_WRITER_URL (default the
+// `durable-touch`; retention DURABLE_TOUCH_NATS_MAX_AGE_MS and DURABLE_TOUCH_NATS_MAX_BYTES),
+// and its edges send clients to DURABLE_TOUCH_WRITER_URL (default the
 // server's own http://host:port from its config, when that names a port and a host an edge can
 // use; else none, and edges need their own --writer). See `fanoutFromEnv`.
 import { Store, TouchEngine } from "../index.js";
@@ -112,7 +113,8 @@ const WILDCARD_HOSTS = new Set(["0.0.0.0", "::", "[::]", ""]);
 
 /**
  * The engine's `fanout` option from the environment (undefined without DURABLE_TOUCH_NATS):
- * a writer on that NATS URL, with DURABLE_TOUCH_NATS_PREFIX and DURABLE_TOUCH_WRITER_URL, the
+ * a writer on that NATS URL, with DURABLE_TOUCH_NATS_PREFIX, DURABLE_TOUCH_NATS_MAX_AGE_MS,
+ * DURABLE_TOUCH_NATS_MAX_BYTES and DURABLE_TOUCH_WRITER_URL, the
  * writer URL defaulting to `http://<cfg.host>:<cfg.port>` when the server's config names a
  * port (not 0, which picks one the config never learns) and a host that is not a wildcard.
  */
@@ -122,6 +124,11 @@ export function fanoutFromEnv(cfg, env = process.env) {
   const fanout = { role: "writer", url };
   const prefix = env.DURABLE_TOUCH_NATS_PREFIX?.trim();
   if (prefix) fanout.prefix = prefix;
+  // Retention of the flushes (what an edge started anew replays); the engine checks the values.
+  for (const [name, key] of [["DURABLE_TOUCH_NATS_MAX_AGE_MS", "maxAgeMs"], ["DURABLE_TOUCH_NATS_MAX_BYTES", "maxBytes"]]) {
+    const v = env[name]?.trim();
+    if (v) fanout[key] = Number(v);
+  }
   const explicit = env.DURABLE_TOUCH_WRITER_URL?.trim();
   const host = typeof cfg?.host === "string" ? cfg.host.trim() : "";
   const port = Number(cfg?.port);

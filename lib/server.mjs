@@ -533,6 +533,15 @@ function fanoutOptions(opts) {
   if (!nats && edge) throw new Error("an edge needs the writer's NATS server (--nats nats://host:port)");
   if (opts.writer && !edge) throw new Error("--writer is for an edge (--edge --nats …)");
   if (opts.publicUrl && (edge || !nats)) throw new Error("--public-url is for a writer (--nats without --edge)");
+  const retention = (v, flag, min) => {
+    if (v === undefined || v === null || v === "") return undefined;
+    if (edge || !nats) throw new Error(`${flag} is for a writer (--nats without --edge): it sets the retention of the writer's JetStream stream`);
+    const n = Number(v);
+    if (!Number.isSafeInteger(n) || n < min) throw new Error(`${flag} must be an integer >= ${min}, got ${v}`);
+    return n;
+  };
+  const maxAgeMs = retention(opts.natsMaxAgeMs, "--nats-max-age-ms", 1_000);
+  const maxBytes = retention(opts.natsMaxBytes, "--nats-max-bytes", 65_536);
   if (!nats) return null;
   const prefix = opts.natsPrefix === undefined || opts.natsPrefix === "" ? "durable-touch" : String(opts.natsPrefix);
   const url = (v, what) => {
@@ -553,6 +562,8 @@ function fanoutOptions(opts) {
     writer: edge ? url(opts.writer, "--writer") : undefined,
     publicUrl: edge ? undefined : url(opts.publicUrl, "--public-url"),
     beatMs: opts.natsBeatMs === undefined ? undefined : Number(opts.natsBeatMs),
+    maxAgeMs,
+    maxBytes,
   };
 }
 
@@ -560,8 +571,9 @@ function fanoutOptions(opts) {
  * Starts the server. Options (env fallbacks): dataDir (DATA_DIR, "./data"), port (PORT, 8787),
  * host (HOST, "127.0.0.1"), workers (TOUCH_WORKERS), bodyLimit (10 MiB); the fan-out over NATS
  * JetStream (no env fallbacks): nats (the broker's URL: this server publishes its touches as
- * a writer), natsPrefix ("durable-touch", one per writer), publicUrl (the URL a writer's edges
- * send clients to; default its own URL), edge (serve waits and meta as an edge of the writer
+ * a writer), natsPrefix ("durable-touch", one per writer), natsMaxAgeMs / natsMaxBytes (a
+ * writer's retention of its flushes: 10 minutes, 256 MiB; what an edge started anew can replay),
+ * publicUrl (the URL a writer's edges send clients to; default its own URL), edge (serve waits and meta as an edge of the writer
  * publishing on `nats`/`natsPrefix`; no data dir), writer (an edge's writer URL, which takes
  * precedence over the one the writer's beats carry).
  */
@@ -578,6 +590,8 @@ export async function startServer(opts = {}) {
     url: fo.url,
     prefix: fo.prefix,
     ...(fo.beatMs === undefined ? {} : { beatMs: fo.beatMs }),
+    ...(fo.maxAgeMs === undefined ? {} : { maxAgeMs: fo.maxAgeMs }),
+    ...(fo.maxBytes === undefined ? {} : { maxBytes: fo.maxBytes }),
     ...(writerUrl ? { writerUrl } : {}),
   });
   let store;

@@ -210,34 +210,44 @@ async fn run(
             tokio::spawn(async move { consume(js, opts, in_tx, again).await })
         }
     };
-    if role == Role::Writer {
-        ensure_stream(&js, &opts).await;
-    }
-    loop {
-        tokio::select! {
+    // Making the stream retries while the broker is away or refuses it: a stop ends that too.
+    let stopped = role == Role::Writer
+        && tokio::select! {
             biased;
-            _ = &mut stop => break,
-            Some(()) = connected.recv() => {
-                match role {
-                    Role::Writer => ensure_stream(&js, &opts).await,
-                    // The consumer would notice a broker that came back only when its pull
-                    // expires (seconds): it starts again at once from where it was.
-                    Role::Edge => reconnected.notify_one(),
+            _ = &mut stop => true,
+            _ = ensure_stream(&js, &opts) => false,
+        };
+    if !stopped {
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut stop => break,
+                Some(()) = connected.recv() => {
+                    match role {
+                        Role::Writer => tokio::select! {
+                            biased;
+                            _ = &mut stop => break,
+                            _ = ensure_stream(&js, &opts) => {}
+                        },
+                        // The consumer would notice a broker that came back only when its pull
+                        // expires (seconds): it starts again at once from where it was.
+                        Role::Edge => reconnected.notify_one(),
+                    }
                 }
-            }
-            Some(bytes) = rx.recv() => {
-                let n = bytes.len() as u64;
-                if client.publish(out_subject.clone(), bytes.into()).await.is_ok() {
-                    stats.sent.fetch_add(1, Ordering::Relaxed);
-                    stats.sent_bytes.fetch_add(n, Ordering::Relaxed);
-                } else {
-                    stats.dropped.fetch_add(1, Ordering::Relaxed);
+                Some(bytes) = rx.recv() => {
+                    let n = bytes.len() as u64;
+                    if client.publish(out_subject.clone(), bytes.into()).await.is_ok() {
+                        stats.sent.fetch_add(1, Ordering::Relaxed);
+                        stats.sent_bytes.fetch_add(n, Ordering::Relaxed);
+                    } else {
+                        stats.dropped.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
-            }
-            Some(bytes) = in_rx.recv() => {
-                stats.received.fetch_add(1, Ordering::Relaxed);
-                stats.received_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                on_message(&bytes);
+                Some(bytes) = in_rx.recv() => {
+                    stats.received.fetch_add(1, Ordering::Relaxed);
+                    stats.received_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    on_message(&bytes);
+                }
             }
         }
     }
@@ -249,8 +259,9 @@ async fn run(
     let _ = tokio::time::timeout(Duration::from_millis(500), client.flush()).await;
 }
 
-/// Creates the writer's JetStream stream if missing (retention by age and bytes), retrying
-/// while the broker is away.
+/// Creates the writer's JetStream stream if missing (retention by age and bytes), or sets the
+/// retention of the one there when it differs (a writer restarted with other limits; the rest
+/// of its config, such as replicas an operator set, is kept), retrying while the broker is away.
 async fn ensure_stream(js: &jetstream::Context, opts: &FanoutOptions) {
     let config = stream::Config {
         name: stream_name(&opts.prefix),
@@ -261,8 +272,21 @@ async fn ensure_stream(js: &jetstream::Context, opts: &FanoutOptions) {
         ..Default::default()
     };
     for attempt in 0u64.. {
-        match js.get_or_create_stream(config.clone()).await {
-            Ok(_) => return,
+        let ensured = async {
+            let stream = js.get_or_create_stream(config.clone()).await.map_err(|e| e.to_string())?;
+            let mut current = stream.cached_info().config.clone();
+            if current.max_age != config.max_age || current.max_bytes != config.max_bytes {
+                current.max_age = config.max_age;
+                current.max_bytes = config.max_bytes;
+                // JetStream refuses a duplicates window longer than the age limit (it sets
+                // one no longer when it creates a stream).
+                current.duplicate_window = current.duplicate_window.min(config.max_age);
+                js.update_stream(current).await.map_err(|e| e.to_string())?;
+            }
+            Ok::<(), String>(())
+        };
+        match ensured.await {
+            Ok(()) => return,
             Err(e) => {
                 if attempt == 0 {
                     eprintln!("durable-touch fan-out: cannot create the JetStream stream yet ({e}); retrying");
