@@ -117,6 +117,8 @@ test("a wait at an edge with the writer's cursor wakes on the flush that holds i
       const wm = await writer.engine.meta("s");
       assert.equal(m.walScannedThrough, wm.walScannedThrough, "meta carries the writer's checkpoint");
       assert.equal(m.touchMode, wm.touchMode);
+      // The writer's flush interval, which adapts to demand, as of its last beat.
+      await until(async () => (await a.engine.meta("s")).coalesceMs === (await writer.engine.meta("s")).coalesceMs, "the writer's coalesceMs at the edge");
     } finally {
       await a.close();
       await b.close();

@@ -377,7 +377,7 @@ impl Inner {
                 let Some(cfg) = rt.touch().cloned() else { continue };
                 let (j, new) = rt.journal(&cfg);
                 created += new as u64;
-                let (epoch, generation) = j.read(|s| (s.epoch().0, s.generation()));
+                let (epoch, generation, coalesce_ms) = j.read(|s| (s.epoch().0, s.generation(), s.coalesce_ms()));
                 let profile = json::stringify(&rt.profile.to_value());
                 streams.push(StreamBeat {
                     stream: name.clone(),
@@ -387,6 +387,7 @@ impl Inner {
                     touch_mode: mode_byte(rt.touch_mode),
                     processed_through: rt.processed_through.unwrap_or(-1),
                     lag_source_offsets: rt.lag_source_offsets,
+                    coalesce_ms: coalesce_ms.min(u32::MAX as u64) as u32,
                     ..Default::default()
                 });
             }
@@ -545,6 +546,8 @@ impl Inner {
             };
             let shape = shape_of(&JournalConfig::from_options(&journal_options(&cfg)));
             let journal = fanout.mirror(&b.stream, shape);
+            // What meta reports; a mirror's buckets are the writer's flushes, not its own.
+            journal.set_coalesce_ms(b.coalesce_ms as f64);
             let mut st = self.state.lock();
             if let Some(rt) = st.streams.get_mut(&b.stream) {
                 rt.journal = Some(journal.clone());

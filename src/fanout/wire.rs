@@ -15,7 +15,7 @@
 use crate::error::{Error, Result};
 use crate::journal::{Epoch, FlushRecord};
 
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 const FLUSH: u8 = b'F';
 const BEAT: u8 = b'B';
 const INTEREST: u8 = b'I';
@@ -45,6 +45,8 @@ pub struct StreamBeat {
     pub lag_source_offsets: i64,
     pub stream_epoch: i64,
     pub active_templates: i64,
+    /// The writer journal's flush interval now (`coalesceMs` in meta; it adapts to demand).
+    pub coalesce_ms: u32,
     /// Active templates `(id, entity)`, when they changed since the last beat (or now and
     /// then); `None`: as in the last list sent.
     pub templates: Option<Vec<(String, String)>>,
@@ -176,6 +178,7 @@ pub fn encode(msg: &Message) -> Vec<u8> {
                 w.i64(s.lag_source_offsets);
                 w.i64(s.stream_epoch);
                 w.i64(s.active_templates);
+                w.u32(s.coalesce_ms);
                 match &s.templates {
                     None => w.u8(0),
                     Some(list) => {
@@ -351,7 +354,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message> {
             r.header(BEAT)?;
             let writer = r.u64()?;
             let writer_url = r.str()?;
-            let n = r.count(38)?;
+            let n = r.count(42)?;
             let mut streams = Vec::with_capacity(n);
             for _ in 0..n {
                 let stream = r.str()?;
@@ -363,6 +366,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message> {
                 let lag_source_offsets = r.i64()?;
                 let stream_epoch = r.i64()?;
                 let active_templates = r.i64()?;
+                let coalesce_ms = r.u32()?;
                 let templates = if r.u8()? == 0 {
                     None
                 } else {
@@ -379,6 +383,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message> {
                     lag_source_offsets,
                     stream_epoch,
                     active_templates,
+                    coalesce_ms,
                     templates,
                 });
             }
@@ -483,6 +488,7 @@ mod tests {
                     lag_source_offsets: 2,
                     stream_epoch: 0,
                     active_templates: 1,
+                    coalesce_ms: 7,
                     templates: Some(vec![("0123456789abcdef".into(), "users".into())]),
                 },
                 StreamBeat { stream: "b".into(), templates: None, ..Default::default() },
