@@ -59,7 +59,9 @@
 //
 // Prints a table on stderr and, on stdout, one JSON line per round and a summary line (medians
 // over rounds); all appended to bench/out/results.jsonl. Goals are reported, not asserted:
-// edge wake p50 <= writer's + 3 ms; bytes per key <= 5.
+// edge wake p50 <= writer's + 3 ms; bytes per key <= 5 (the fan-out's messages; on the wire,
+// NATS protocol lines included, from `ss -tinp` of each process's socket to nats-server, is
+// reported beside it for what the writer sends and what each edge receives).
 import { fork, spawnSync } from "node:child_process";
 import { appendFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { connect } from "node:net";
@@ -133,6 +135,32 @@ function natsPid(port) {
     } catch {}
   }
   return null;
+}
+
+/**
+ * TCP payload bytes each process has sent to and received from nats-server on `port` (every
+ * NATS protocol line and header included: what crosses the wire above TCP), by pid, from
+ * `ss -tinp` (Linux; null where ss is missing).
+ */
+function natsSocketBytes(port) {
+  const r = spawnSync("ss", ["-tinpH", "state", "established", `( dport = :${port} )`], { encoding: "utf8" });
+  if (r.status !== 0) return null;
+  const out = new Map();
+  let pid = null;
+  for (const line of r.stdout.split("\n")) {
+    const p = /pid=(\d+)/.exec(line);
+    if (p) pid = Number(p[1]);
+    const sent = /bytes_sent:(\d+)/.exec(line);
+    const recv = /bytes_received:(\d+)/.exec(line);
+    if (pid !== null && (sent || recv)) {
+      const t = out.get(pid) ?? { sent: 0, received: 0 };
+      t.sent += Number(sent?.[1] ?? 0);
+      t.received += Number(recv?.[1] ?? 0);
+      out.set(pid, t);
+      pid = null;
+    }
+  }
+  return out;
 }
 
 /** A forked bench/scale-worker.mjs; `call(cmd, args)` resolves its answer. */
@@ -328,9 +356,9 @@ function attribute(rows, samples) {
   return { lat, touched, notTouched, stale, early, unmatched, first };
 }
 
-function cpuWindow(procs, natsPidNow) {
+function cpuWindow(procs, natsPidNow, natsPort) {
   const t = now();
-  return Promise.all(procs.map((p) => p.call("usage"))).then((us) => ({ t, us, nats: natsPidNow ? procCpu(natsPidNow) : null }));
+  return Promise.all(procs.map((p) => p.call("usage"))).then((us) => ({ t, us, nats: natsPidNow ? procCpu(natsPidNow) : null, wire: natsPort ? natsSocketBytes(natsPort) : null }));
 }
 
 /** Settles the writer (everything processed and flushed) and the waiter side on its cursor. */
@@ -349,10 +377,10 @@ async function window(ctx, { writer, waiterSide, chains, seconds, seed, extra = 
   await sleep(chains > 0 ? 300 + chains / 100 : 100);
   const procs = waiterSide === writer ? [writer] : [writer, waiterSide];
   const all = [...procs, ...extra];
-  const a = await cpuWindow(all, ctx.natsPid);
+  const a = await cpuWindow(all, ctx.natsPid, ctx.nats.port);
   const rows = await writer.call("write", { rate: RATE, seconds, batch: BATCH, tables: TABLES, seed });
   if (extra.length) await sleep(100); // the last flushes reach the edges
-  const b = await cpuWindow(all, ctx.natsPid);
+  const b = await cpuWindow(all, ctx.natsPid, ctx.nats.port);
   const samples = chains > 0 ? await waiterSide.call("stop") : null;
   const secs = (b.t - a.t) / 1000;
   const cores = procs.map((p, i) => (b.us[i].cpuUs - a.us[i].cpuUs) / 1e6 / secs);
@@ -384,6 +412,16 @@ async function window(ctx, { writer, waiterSide, chains, seconds, seed, extra = 
       reportsReceivedPerSec: round((wf1.received - wf0.received) / secs, 1),
       reportBytesReceivedPerSec: Math.round((wf1.receivedBytes - wf0.receivedBytes) / secs),
     };
+    // On the wire: the writer's socket to nats-server (its PUB lines and payloads, beats and
+    // its pings; the edges' reports come in) and each other process's (the MSG lines JetStream
+    // delivers, with their reply subjects, flow control and heartbeats), per key id published.
+    const wire = (pid, dir) => {
+      const [x, y] = [a.wire?.get(pid), b.wire?.get(pid)];
+      return x && y ? round((y[dir] - x[dir]) / keysSent, 3) : null;
+    };
+    out.fanout.wireBytesPerKeyPublished = wire(procs[0].pid, "sent");
+    if (procs.length > 1) out.fanout.wireBytesPerKeyDelivered = wire(procs[1].pid, "received");
+    if (extra.length) out.fanout.wireBytesPerKeyDeliveredPerEdge = extra.map((e) => wire(e.pid, "received"));
   }
   if (procs.length > 1 && a.us[1].fanout && b.us[1].fanout) {
     const e0 = a.us[1].fanout;
@@ -568,6 +606,8 @@ async function runCost(ctx, round_) {
           bytesPerFlush: w.fanout.bytesPerFlush,
           keysPerFlush: w.fanout.keysPerFlush,
           bytesPerKey: w.fanout.bytesPerKey,
+          wireBytesPerKeyPublished: w.fanout.wireBytesPerKeyPublished,
+          wireBytesPerKeyDeliveredPerEdge: median((w.fanout.wireBytesPerKeyDeliveredPerEdge ?? []).filter((x) => x != null)),
           edgeCores: round(median(per.map((p) => p.cores)), 4),
           edgeUsPerAppliedFlush: round(median(per.map((p) => p.usPerFlush)), 1),
           edgeAppliedPerSec: round(median(per.map((p) => p.applied)) / w.seconds, 1),
@@ -623,6 +663,8 @@ function summarize(rounds) {
     bytesPerFlush: med("edge.latency.fanout.bytesPerFlush"),
     keysPerFlush: med("edge.latency.fanout.keysPerFlush"),
     bytesPerKey: med("edge.latency.fanout.bytesPerKey"),
+    wireBytesPerKeyPublished: med("edge.latency.fanout.wireBytesPerKeyPublished"),
+    wireBytesPerKeyDelivered: med("edge.latency.fanout.wireBytesPerKeyDelivered"),
     bytesPerSec: med("edge.latency.fanout.bytesPerSec"),
     reportsReceivedPerSec: med("edge.latency.fanout.reportsReceivedPerSec"),
   };
@@ -653,6 +695,8 @@ function summarize(rounds) {
     edges: FAN_EDGES,
     flushesPerSec: med("cost.fan.flushesPerSec"),
     bytesPerKey: med("cost.fan.bytesPerKey"),
+    wireBytesPerKeyPublished: med("cost.fan.wireBytesPerKeyPublished"),
+    wireBytesPerKeyDeliveredPerEdge: med("cost.fan.wireBytesPerKeyDeliveredPerEdge"),
     edgeCores: med("cost.fan.edgeCores"),
     edgeUsPerAppliedFlush: med("cost.fan.edgeUsPerAppliedFlush"),
     edgeAppliedPerSec: med("cost.fan.edgeAppliedPerSec"),
@@ -692,6 +736,8 @@ function table(sum) {
   line("bytes / flush (beats included)", f.bytesPerFlush);
   line("key ids / flush", f.keysPerFlush);
   line("bytes / key id (goal <= 5)", f.bytesPerKey);
+  line("  on the wire, writer -> nats-server", f.wireBytesPerKeyPublished);
+  line("  on the wire, nats-server -> the edge", f.wireBytesPerKeyDelivered);
   line("bytes/s published", f.bytesPerSec);
   line("interest reports/s from the busy edge", f.reportsReceivedPerSec);
   const c = sum.cost;
@@ -710,6 +756,7 @@ function table(sum) {
   const fan = sum.fan;
   line(`fan: ${fan.edges} edges without waits, flushes/s`, fan.flushesPerSec);
   line("  bytes / key id", fan.bytesPerKey);
+  line("  on the wire: published; delivered to each edge", fan.wireBytesPerKeyPublished, fan.wireBytesPerKeyDeliveredPerEdge);
   line("  edge cores each", fan.edgeCores);
   line("  edge us per applied flush", fan.edgeUsPerAppliedFlush);
   line("  nats-server extra cores per edge", fan.natsExtraCoresPerEdge);
