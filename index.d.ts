@@ -435,6 +435,13 @@ export interface FanoutStats {
   gaps: number
   adopted: number
   badMessages: number
+  /**
+   * Writer: another writer (the elder) holds the fan-out's prefix; this one publishes
+   * nothing until that one is gone, then publishes as a restarted writer would.
+   */
+  standby: boolean
+  /** Writer: the URL of the writer holding the prefix while this one stands by, else "". */
+  prefixHeldBy: string
 }
 
 /**

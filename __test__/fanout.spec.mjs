@@ -2,7 +2,7 @@
 // journals' flushes, edge TouchEngines mirror them and serve waits and meta with the writer's
 // cursors; gaps are never silent; the edges' interest reaches the writer.
 import assert from "node:assert/strict";
-import { rmSync } from "node:fs";
+import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { test, dt, tempDir, rejectsWithCode, sleep } from "./harness.mjs";
 import { natsServerBinary, startNats } from "./support/nats-server.mjs";
@@ -295,14 +295,17 @@ test("the broker killed mid-load and restarted: no wait hangs, every edge answer
       })();
       // Wait chains at the edge: each re-waits from the cursor its reply gave.
       let chains = true;
+      const current = new Map();
       const chain = async (table) => {
         let cursor = cursors[0];
         let replies = 0;
         while (chains) {
+          current.set(table, { cursor, since: Date.now() });
           const r = await edge.engine.wait({ stream: "s", cursor, keyIds: [keys.tableKeyId(table)], interestMode: "coarse", timeoutMs: 1_000 });
           cursor = r.cursor;
           replies++;
         }
+        current.delete(table);
         return replies;
       };
       const running = ["t1", "t2", "t3", "t19"].map(chain);
@@ -316,7 +319,13 @@ test("the broker killed mid-load and restarted: no wait hangs, every edge answer
       await settled(writer, edge);
       chains = false;
       const replies = await Promise.race([Promise.all(running), sleep(30_000).then(() => null)]);
-      assert.ok(replies, "every wait chain ended (no wait hangs)");
+      if (!replies) {
+        // Where a hung wait is: still parked in the edge's journal past its deadline, or
+        // answered natively and never settled in JavaScript.
+        const hung = [...current].map(([t, w]) => ({ table: t, ...w, ageMs: Date.now() - w.since }));
+        const m = await edge.engine.meta("s").catch((e) => e.code);
+        assert.fail(`a wait chain hangs: ${JSON.stringify({ hung, activeWaiters: m.activeWaiters, cursor: m.cursor, fanout: edge.engine.fanoutStats() })}`);
+      }
       assert.ok(replies.every((r) => r > 0));
       let stale = 0;
       let compared = 0;
@@ -391,6 +400,86 @@ test("a writer restarted is a new epoch the edges adopt", async () => {
     } finally {
       await edge.close();
       await writer.close();
+    }
+  });
+});
+
+test("a second writer on a taken prefix stands by until the first is gone; the edges follow one writer", async () => {
+  await withNats(async (server, dir) => {
+    const prefix = newPrefix();
+    for (const d of ["a", "b"]) mkdirSync(join(dir, d));
+    const first = await openWriter(join(dir, "a"), server.url, prefix, { writerUrl: "http://first.test" });
+    const edge = await openEdge(server.url, prefix);
+    let second;
+    try {
+      const cursor = await settled(first, edge);
+      // Parked at the edge on the first writer's stream, with a key nothing touches.
+      const parked = edge.engine.wait({ stream: "s", cursor, keyIds: [TABLE + 1], interestMode: "coarse", timeoutMs: 20_000 });
+      // Another deployment, same broker and prefix, its own store and another stream.
+      second = await openWriter(join(dir, "b"), server.url, prefix, { writerUrl: "http://second.test" });
+      await second.store.createStream("other", { contentType: "application/json" });
+      second.engine.setTouchConfig("other", { enabled: true });
+      await until(() => second.engine.fanoutStats().standby, "the second writer standing by");
+      assert.equal(second.engine.fanoutStats().prefixHeldBy, "http://first.test");
+      assert.equal(first.engine.fanoutStats().standby, false);
+      // Many of the second writer's beats later: the edge still follows the first writer only.
+      await sleep(1_000);
+      const early = await Promise.race([parked.then((r) => r), sleep(10).then(() => "parked")]);
+      assert.equal(early, "parked", "the edge's wait was answered by another writer's beat");
+      await rejectsWithCode(edge.engine.meta("other"), "ERR_STREAM_NOT_FOUND");
+      assert.equal((await edge.engine.meta("s")).cursor, (await first.engine.meta("s")).cursor);
+      assert.equal(edge.engine.fanoutStats().writerUrl, "http://first.test");
+      await first.store.append("s", [rec(1, 2)]);
+      const woken = edge.engine.wait({ stream: "s", cursor, keyIds: [TABLE], interestMode: "coarse", timeoutMs: 10_000 });
+      assert.equal((await woken).touched, true);
+      // The first writer goes: the second takes the prefix over, as a writer restart would.
+      await first.close();
+      await until(() => !second.engine.fanoutStats().standby, "the second writer publishing", 10_000);
+      const c2 = await until(async () => {
+        try {
+          return (await edge.engine.meta("other")).cursor;
+        } catch {
+          return null;
+        }
+      }, "the edge following the second writer");
+      const w = edge.engine.wait({ stream: "other", cursor: c2, keyIds: [TABLE], interestMode: "coarse", timeoutMs: 10_000 });
+      await second.store.append("other", [rec(2, 3)]);
+      assert.equal((await w).touched, true);
+      assert.equal(edge.engine.fanoutStats().writerUrl, "http://second.test");
+      // Its own stream "s" is another epoch: the wait parked on the first writer's is answered.
+      const [e1, e2] = [(await edge.engine.meta("s")).cursor, (await second.engine.meta("s")).cursor].map((c) => c.split(":")[0]);
+      assert.equal(e1, e2);
+      const r = await parked;
+      assert.ok(r.stale === true || r.touched === true, `answered at the takeover: ${JSON.stringify(r)}`);
+    } finally {
+      await edge.close();
+      await second?.close();
+      await first.close().catch(() => {});
+    }
+  });
+});
+
+test("two writers started together on one prefix: one publishes, the other stands by", async () => {
+  await withNats(async (server, dir) => {
+    const prefix = newPrefix();
+    for (const d of ["a", "b"]) mkdirSync(join(dir, d));
+    const [a, b] = await Promise.all(["a", "b"].map((d) => openWriter(join(dir, d), server.url, prefix, { writerUrl: `http://${d}.test` })));
+    try {
+      await until(() => a.engine.fanoutStats().standby !== b.engine.fanoutStats().standby, "one of them standing by", 5_000);
+      const [held, by] = a.engine.fanoutStats().standby ? [a, b] : [b, a];
+      assert.equal(held.engine.fanoutStats().prefixHeldBy, by === a ? "http://a.test" : "http://b.test");
+      // It stays so: the elder keeps claiming the prefix.
+      await sleep(500);
+      assert.equal(held.engine.fanoutStats().standby, true);
+      assert.equal(by.engine.fanoutStats().standby, false);
+      const sent = held.engine.fanoutStats().sent;
+      await held.store.append("s", [rec(1, 2)]);
+      await held.engine.meta("s", { settle: "flush", timeoutMs: 5_000 });
+      await sleep(300);
+      assert.equal(held.engine.fanoutStats().sent, sent, "a writer standing by publishes nothing");
+    } finally {
+      await a.close();
+      await b.close();
     }
   });
 });

@@ -103,6 +103,11 @@ pub struct FanoutStatsJs {
     pub gaps: f64,
     pub adopted: f64,
     pub bad_messages: f64,
+    /// Writer: another writer (the elder) holds the fan-out's prefix; this one publishes
+    /// nothing until that one is gone, then publishes as a restarted writer would.
+    pub standby: bool,
+    /// Writer: the URL of the writer holding the prefix while this one stands by, else "".
+    pub prefix_held_by: String,
 }
 
 /// A template declaration (the body of `/touch/templates/activate`).
@@ -1281,6 +1286,8 @@ impl TouchEngine {
             gaps: s.gaps as f64,
             adopted: s.adopted as f64,
             bad_messages: s.bad_messages as f64,
+            standby: s.standby,
+            prefix_held_by: s.prefix_held_by,
         })
     }
 

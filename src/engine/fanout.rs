@@ -78,6 +78,10 @@ pub struct FanoutStats {
     pub gaps: u64,
     pub adopted: u64,
     pub bad_messages: u64,
+    /// Writer: another writer holds the prefix (its URL in `prefix_held_by`); this one
+    /// publishes nothing until it is gone.
+    pub standby: bool,
+    pub prefix_held_by: String,
 }
 
 #[derive(Default)]
@@ -95,6 +99,8 @@ pub(crate) struct Fanout {
     pub opts: FanoutOptions,
     /// This process's id in the fan-out (a writer's in its messages, an edge's in its reports).
     pub id: u64,
+    /// When it started (wall clock, ms): the elder of two writers on a prefix holds it.
+    started_at_ms: i64,
     link: Mutex<Option<Link>>,
     link_stats: Mutex<Option<Arc<LinkStats>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -174,6 +180,7 @@ impl Fanout {
             writer_url: Mutex::new(opts.writer_url.clone()),
             opts,
             id: random_id(),
+            started_at_ms: wall_ms(),
             link: Mutex::new(None),
             link_stats: Mutex::new(None),
             thread: Mutex::new(None),
@@ -263,6 +270,8 @@ impl Fanout {
             s.dropped = l.dropped.load(Ordering::Relaxed);
             s.received = l.received.load(Ordering::Relaxed);
             s.received_bytes = l.received_bytes.load(Ordering::Relaxed);
+            s.standby = l.standby.load(Ordering::Relaxed);
+            s.prefix_held_by = l.held_by.lock().clone();
         }
         s
     }
@@ -273,8 +282,15 @@ impl Fanout {
         let link = match self.opts.role {
             Role::Writer => {
                 let w = weak.clone();
+                let claim = wire::Claim {
+                    writer: self.id,
+                    started_at_ms: self.started_at_ms,
+                    beat_ms: self.opts.beat_ms.min(u32::MAX as u64) as u32,
+                    writer_url: self.opts.writer_url.clone(),
+                };
                 Link::writer(
                     &self.opts,
+                    claim,
                     Box::new(move |bytes| {
                         if let Some(inner) = w.upgrade() {
                             inner.take_interest(bytes);
@@ -411,7 +427,9 @@ impl Inner {
         .ok()?;
         // Profiles and template lists go out when they change, every FULL_EVERY beats, or
         // when an edge asked (the rest of a beat is small and always sent).
-        let full = fanout.full_next.swap(false, Ordering::AcqRel);
+        // A writer that stood by for another starts over with everything.
+        let resumed = fanout.link_stats.lock().as_ref().is_some_and(|l| l.resumed.swap(false, Ordering::AcqRel));
+        let full = fanout.full_next.swap(false, Ordering::AcqRel) | resumed;
         let mut sent = fanout.sent.lock();
         for (s, (list, epoch)) in streams.iter_mut().zip(facts) {
             s.stream_epoch = epoch;

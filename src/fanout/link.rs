@@ -5,15 +5,23 @@
 //! The rest of the crate talks to it through channels and callbacks and never waits on it: a
 //! writer whose broker is down keeps serving its own waits (its messages are dropped once the
 //! queue is full, and edges see the gap), an edge keeps serving what it has mirrored.
+//!
+//! One writer per prefix ([`Hold`]): writers claim their prefix on `<prefix>.writer` when they
+//! start and with every beat. A writer that hears an elder claim *stands by*: it publishes
+//! nothing (edges keep following the elder, rather than see two writers' streams and epochs in
+//! turn) until the elder has been silent for three of its beats; then it publishes, and the
+//! edges adopt it as they adopt a restarted writer.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::pull::OrderedConfig, consumer::DeliverPolicy, stream};
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
+use super::wire::{self, Claim};
 use super::FanoutOptions;
 use crate::error::{Error, Result};
 
@@ -30,6 +38,12 @@ pub struct LinkStats {
     pub received: AtomicU64,
     pub received_bytes: AtomicU64,
     pub connected: AtomicBool,
+    /// Writer: another writer holds the prefix; this one publishes nothing.
+    pub standby: AtomicBool,
+    /// Writer: the URL of the writer it stands by for.
+    pub held_by: parking_lot::Mutex<String>,
+    /// Writer: it stopped standing by; the engine's next beat carries everything.
+    pub resumed: AtomicBool,
 }
 
 /// Called on the link's thread with each message's payload.
@@ -58,21 +72,74 @@ fn interest_subject(prefix: &str) -> String {
     format!("{prefix}.interest")
 }
 
+fn claim_subject(prefix: &str) -> String {
+    format!("{prefix}.writer")
+}
+
+/// How long a writer that starts waits for an elder to answer its claim (an elder answers in
+/// a round trip; with no writer there the broker says so at once).
+const CLAIM_ANSWER: Duration = Duration::from_millis(300);
+
+/// What a writer heard of the other writers on its prefix.
+pub struct Hold {
+    mine: Claim,
+    /// Elder writers, with when they were last heard.
+    elders: HashMap<u64, (Claim, Instant)>,
+}
+
+/// What to do with another writer's claim.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Heard {
+    /// Our own, or an elder's (this writer stands by).
+    Nothing,
+    /// A younger writer's: answer with ours, so it stands by.
+    Answer,
+}
+
+impl Hold {
+    pub fn new(mine: Claim) -> Hold {
+        Hold { mine, elders: HashMap::new() }
+    }
+
+    pub fn heard(&mut self, other: Claim, now: Instant) -> Heard {
+        if other.writer == self.mine.writer {
+            Heard::Nothing
+        } else if other.is_elder_than(&self.mine) {
+            self.elders.insert(other.writer, (other, now));
+            Heard::Nothing
+        } else {
+            Heard::Answer
+        }
+    }
+
+    /// Forgets the elders silent for three of their beats (at least a second).
+    pub fn expire(&mut self, now: Instant) {
+        self.elders
+            .retain(|_, (c, at)| now.duration_since(*at) < Duration::from_millis((c.beat_ms as u64 * 3).max(1_000)));
+    }
+
+    /// The elder this writer stands by for, if any.
+    pub fn elder(&self) -> Option<&Claim> {
+        self.elders.values().map(|(c, _)| c).min_by_key(|c| (c.started_at_ms, c.writer))
+    }
+}
+
 fn fanout_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Fanout(format!("{what}: {e}"))
 }
 
 impl Link {
     /// A writer's link: [`Link::send`] publishes on the JetStream stream (created if missing,
-    /// with the options' retention); `on_interest` hears the edges.
-    pub fn writer(opts: &FanoutOptions, on_interest: OnMessage) -> Result<Link> {
-        Self::start(opts, Role::Writer, on_interest)
+    /// with the options' retention) unless another writer holds the prefix; `on_interest`
+    /// hears the edges.
+    pub fn writer(opts: &FanoutOptions, claim: Claim, on_interest: OnMessage) -> Result<Link> {
+        Self::start(opts, Some(claim), on_interest)
     }
 
     /// An edge's link: `on_message` gets every writer message from the oldest retained on,
     /// in order; [`Link::send`] publishes the edge's interest.
     pub fn edge(opts: &FanoutOptions, on_message: OnMessage) -> Result<Link> {
-        Self::start(opts, Role::Edge, on_message)
+        Self::start(opts, None, on_message)
     }
 
     /// Queues a message (a writer's to the edges, an edge's interest to the writer); never
@@ -97,7 +164,8 @@ impl Link {
         }
     }
 
-    fn start(opts: &FanoutOptions, role: Role, on_message: OnMessage) -> Result<Link> {
+    fn start(opts: &FanoutOptions, claim: Option<Claim>, on_message: OnMessage) -> Result<Link> {
+        let role = if claim.is_some() { Role::Writer } else { Role::Edge };
         let (tx, rx) = mpsc::channel(QUEUE_MAX);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let stats = Arc::new(LinkStats::default());
@@ -108,7 +176,7 @@ impl Link {
         let (opts, st) = (opts.clone(), stats.clone());
         let thread = std::thread::Builder::new()
             .name(format!("dt-fanout-{}", role.name()))
-            .spawn(move || rt.block_on(run(opts, role, rx, stop_rx, on_message, st)))
+            .spawn(move || rt.block_on(run(opts, claim, rx, stop_rx, on_message, st)))
             .map_err(|e| fanout_err("cannot start the fan-out thread", e))?;
         Ok(Link { tx, stop: Some(stop_tx), thread: Some(thread), stats })
     }
@@ -166,7 +234,7 @@ async fn connect(
 
 async fn run(
     opts: FanoutOptions,
-    role: Role,
+    claim: Option<Claim>,
     mut rx: mpsc::Receiver<Vec<u8>>,
     mut stop: tokio::sync::oneshot::Receiver<()>,
     mut on_message: OnMessage,
@@ -185,6 +253,7 @@ async fn run(
         },
         _ = &mut stop => return,
     };
+    let role = if claim.is_some() { Role::Writer } else { Role::Edge };
     let js = jetstream::new(client.clone());
     let (out_subject, in_subject) = match role {
         Role::Writer => (touch_subject(&opts.prefix), interest_subject(&opts.prefix)),
@@ -210,6 +279,38 @@ async fn run(
             tokio::spawn(async move { consume(js, opts, in_tx, again).await })
         }
     };
+    // A writer asks who holds its prefix before it publishes, then hears the other writers'
+    // claims.
+    let (claims_tx, mut claims_rx) = mpsc::unbounded_channel::<(Claim, Option<async_nats::Subject>)>();
+    let mut hold = claim.clone().map(Hold::new);
+    let claims = if let Some(mine) = &claim {
+        let ask = client.request(claim_subject(&opts.prefix), wire::encode_claim(mine).into());
+        let answer = tokio::select! {
+            biased;
+            _ = &mut stop => None,
+            a = tokio::time::timeout(CLAIM_ANSWER, ask) => a.ok().and_then(|r| r.ok()),
+        };
+        if let (Some(hold), Some(m)) = (hold.as_mut(), answer) {
+            if let Ok(other) = wire::decode_claim(&m.payload) {
+                hold.heard(other, Instant::now());
+                stand_by(hold, &stats, &opts.prefix);
+            }
+        }
+        let (client, subject) = (client.clone(), claim_subject(&opts.prefix));
+        Some(tokio::spawn(async move {
+            let Ok(mut sub) = client.subscribe(subject).await else { return };
+            while let Some(m) = sub.next().await {
+                if let Ok(c) = wire::decode_claim(&m.payload) {
+                    if claims_tx.send((c, m.reply)).is_err() {
+                        return;
+                    }
+                }
+            }
+        }))
+    } else {
+        None
+    };
+    let mut claim_every = tokio::time::interval(Duration::from_millis(opts.beat_ms.max(10)));
     // Making the stream retries while the broker is away or refuses it: a stop ends that too.
     let stopped = role == Role::Writer
         && tokio::select! {
@@ -217,11 +318,26 @@ async fn run(
             _ = &mut stop => true,
             _ = ensure_stream(&js, &opts) => false,
         };
+    let standing_by = |stats: &LinkStats| stats.standby.load(Ordering::Relaxed);
     if !stopped {
         loop {
             tokio::select! {
                 biased;
                 _ = &mut stop => break,
+                Some((other, reply)) = claims_rx.recv() => {
+                    let Some(hold) = hold.as_mut() else { continue };
+                    if hold.heard(other, Instant::now()) == Heard::Answer {
+                        let to = reply.map_or_else(|| claim_subject(&opts.prefix), |r| r.to_string());
+                        let _ = client.publish(to, wire::encode_claim(&hold.mine).into()).await;
+                    }
+                    stand_by(hold, &stats, &opts.prefix);
+                }
+                _ = claim_every.tick(), if hold.is_some() => {
+                    let Some(hold) = hold.as_mut() else { continue };
+                    let _ = client.publish(claim_subject(&opts.prefix), wire::encode_claim(&hold.mine).into()).await;
+                    hold.expire(Instant::now());
+                    stand_by(hold, &stats, &opts.prefix);
+                }
                 Some(()) = connected.recv() => {
                     match role {
                         Role::Writer => tokio::select! {
@@ -235,6 +351,10 @@ async fn run(
                     }
                 }
                 Some(bytes) = rx.recv() => {
+                    if standing_by(&stats) {
+                        stats.dropped.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
                     let n = bytes.len() as u64;
                     if client.publish(out_subject.clone(), bytes.into()).await.is_ok() {
                         stats.sent.fetch_add(1, Ordering::Relaxed);
@@ -244,6 +364,10 @@ async fn run(
                     }
                 }
                 Some(bytes) = in_rx.recv() => {
+                    // The edges follow the elder: their interest is its business.
+                    if standing_by(&stats) {
+                        continue;
+                    }
                     stats.received.fetch_add(1, Ordering::Relaxed);
                     stats.received_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
                     on_message(&bytes);
@@ -252,11 +376,41 @@ async fn run(
         }
     }
     reader.abort();
+    if let Some(c) = claims {
+        c.abort();
+    }
     // What was queued before the stop goes out (bounded: a broker that is away drops it).
     while let Ok(bytes) = rx.try_recv() {
+        if standing_by(&stats) {
+            break;
+        }
         let _ = client.publish(out_subject.clone(), bytes.into()).await;
     }
     let _ = tokio::time::timeout(Duration::from_millis(500), client.flush()).await;
+}
+
+/// Brings the stats in line with `hold`: stands by while an elder holds the prefix, and
+/// resumes (the engine's next beat carries everything) once none does.
+fn stand_by(hold: &Hold, stats: &LinkStats, prefix: &str) {
+    let was = stats.standby.load(Ordering::Relaxed);
+    match hold.elder() {
+        Some(elder) if !was => {
+            *stats.held_by.lock() = elder.writer_url.clone();
+            stats.standby.store(true, Ordering::Relaxed);
+            eprintln!(
+                "durable-touch fan-out: the prefix \"{}\" is held by the writer at {}; this writer publishes nothing until it is gone (give each writer its own prefix)",
+                prefix,
+                if elder.writer_url.is_empty() { "(no URL)" } else { &elder.writer_url }
+            );
+        }
+        None if was => {
+            stats.held_by.lock().clear();
+            stats.standby.store(false, Ordering::Relaxed);
+            stats.resumed.store(true, Ordering::Release);
+            eprintln!("durable-touch fan-out: the writer that held the prefix is gone; this writer publishes now");
+        }
+        _ => {}
+    }
 }
 
 /// Creates the writer's JetStream stream if missing (retention by age and bytes), or sets the
@@ -339,5 +493,48 @@ async fn consume(
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(writer: u64, started_at_ms: i64) -> Claim {
+        Claim { writer, started_at_ms, beat_ms: 100, writer_url: format!("http://w{writer}") }
+    }
+
+    #[test]
+    fn a_writer_stands_by_for_its_elders_until_they_are_silent() {
+        let t0 = Instant::now();
+        let mut hold = Hold::new(claim(2, 100));
+        assert_eq!(hold.heard(claim(2, 100), t0), Heard::Nothing, "its own claim");
+        assert_eq!(hold.heard(claim(3, 101), t0), Heard::Answer, "a younger writer is told");
+        assert!(hold.elder().is_none());
+        hold.heard(claim(1, 50), t0);
+        hold.heard(claim(0, 99), t0 + Duration::from_millis(800));
+        assert_eq!(hold.elder().map(|c| c.writer), Some(1), "the eldest holds the prefix");
+        // Three beats, at least a second: the eldest went silent, the other elder did not.
+        hold.expire(t0 + Duration::from_millis(999));
+        assert_eq!(hold.elder().map(|c| c.writer), Some(1));
+        hold.expire(t0 + Duration::from_millis(1_000));
+        assert_eq!(hold.elder().map(|c| c.writer), Some(0));
+        hold.expire(t0 + Duration::from_millis(1_800));
+        assert!(hold.elder().is_none());
+    }
+
+    #[test]
+    fn standing_by_and_resuming_show_in_the_stats() {
+        let (stats, t0) = (LinkStats::default(), Instant::now());
+        let mut hold = Hold::new(claim(2, 100));
+        hold.heard(claim(1, 50), t0);
+        stand_by(&hold, &stats, "p");
+        assert!(stats.standby.load(Ordering::Relaxed));
+        assert_eq!(*stats.held_by.lock(), "http://w1");
+        assert!(!stats.resumed.load(Ordering::Relaxed));
+        hold.expire(t0 + Duration::from_secs(2));
+        stand_by(&hold, &stats, "p");
+        assert!(!stats.standby.load(Ordering::Relaxed) && stats.held_by.lock().is_empty());
+        assert!(stats.resumed.load(Ordering::Relaxed), "the next beat carries everything");
     }
 }

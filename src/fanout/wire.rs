@@ -9,6 +9,9 @@
 //!
 //! Edges → writer, on core NATS: [`Interest`], what the edge's waiters wait for, per stream.
 //!
+//! Writer ↔ writer, on core NATS: [`Claim`], a writer's hold on its prefix (one writer per
+//! prefix: the elder publishes, a younger one stands by).
+//!
 //! Every message starts with a kind byte and the format version; a reader refuses what it
 //! does not know ([`Error::Fanout`]) rather than guess.
 
@@ -19,6 +22,7 @@ const VERSION: u8 = 3;
 const FLUSH: u8 = b'F';
 const BEAT: u8 = b'B';
 const INTEREST: u8 = b'I';
+const CLAIM: u8 = b'W';
 
 /// The journal options a mirror must share with its writer to answer as it does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -81,6 +85,24 @@ pub struct Interest {
     /// know): the next beat carries every stream's profile and templates.
     pub want_full: bool,
     pub streams: Vec<StreamInterest>,
+}
+
+/// A writer's claim on its prefix, sent when it starts and with every beat.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Claim {
+    pub writer: u64,
+    /// When the writer's engine started (wall clock, ms).
+    pub started_at_ms: i64,
+    pub beat_ms: u32,
+    pub writer_url: String,
+}
+
+impl Claim {
+    /// Whether this writer holds the prefix against `other`: the one that started first (the
+    /// lower id on a tie), so two writers agree on which of them publishes.
+    pub fn is_elder_than(&self, other: &Claim) -> bool {
+        (self.started_at_ms, self.writer) < (other.started_at_ms, other.writer)
+    }
 }
 
 // ---- writing
@@ -221,6 +243,18 @@ pub fn encode_interest(i: &Interest) -> Vec<u8> {
             }
         }
     }
+    w.0
+}
+
+/// Encodes a writer's claim.
+pub fn encode_claim(c: &Claim) -> Vec<u8> {
+    let mut w = W::default();
+    w.u8(CLAIM);
+    w.u8(VERSION);
+    w.u64(c.writer);
+    w.i64(c.started_at_ms);
+    w.u32(c.beat_ms);
+    w.str(&c.writer_url);
     w.0
 }
 
@@ -427,6 +461,15 @@ pub fn decode_interest(bytes: &[u8]) -> Result<Interest> {
     Ok(Interest { edge, ttl_ms, want_full, streams })
 }
 
+/// Decodes a writer's claim.
+pub fn decode_claim(bytes: &[u8]) -> Result<Claim> {
+    let mut r = R { b: bytes };
+    r.header(CLAIM)?;
+    let claim = Claim { writer: r.u64()?, started_at_ms: r.i64()?, beat_ms: r.u32()?, writer_url: r.str()? };
+    r.end()?;
+    Ok(claim)
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -511,6 +554,19 @@ mod tests {
         };
         assert_eq!(decode_interest(&encode_interest(&interest)).unwrap(), interest);
         assert_eq!(decode(&encode_interest(&interest)).unwrap_err().code(), "ERR_FANOUT");
+    }
+
+    #[test]
+    fn claims_round_trip_and_two_writers_agree_on_the_elder() {
+        let a = Claim { writer: 9, started_at_ms: 1_000, beat_ms: 500, writer_url: "http://a".into() };
+        assert_eq!(decode_claim(&encode_claim(&a)).unwrap(), a);
+        assert!(decode(&encode_claim(&a)).is_err() && decode_claim(&encode_interest(&Interest::default())).is_err());
+        let later = Claim { started_at_ms: 1_001, writer: 1, ..a.clone() };
+        let tie = Claim { writer: 10, ..a.clone() };
+        for b in [later, tie] {
+            assert!(a.is_elder_than(&b) && !b.is_elder_than(&a));
+        }
+        assert!(!a.is_elder_than(&a));
     }
 
     #[test]
