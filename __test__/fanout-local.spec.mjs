@@ -1,6 +1,7 @@
 // The fan-out (issue 28) from a swapped `prisma dev` runtime: @prisma/streams-local 0.1.11,
 // swapped with `durable-touch swap`, started with `startLocalDurableStreamsServer` in its own
-// process (__test__/reference/swap-serve.ts with $LOCAL_PROJECT, under Bun) whose environment
+// process (support/local-serve.mjs, copied into the project) under the runtime running this
+// file (Bun, or Node, where the swapped package needs no node:sqlite), whose environment
 // names a real nats-server (DURABLE_TOUCH_NATS, read by compat/manager.mjs `fanoutFromEnv`),
 // publishes its touches over NATS JetStream with no code change, and an edge of ours
 // (lib/server.mjs) mirrors it: cursors, waits woken by the runtime's appends, the edge's fine
@@ -8,20 +9,20 @@
 // are given generous timeouts and awaited, never timed: a busy machine is slower, not wrong.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { existsSync } from "node:fs";
+import { copyFileSync, existsSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
-import { test, dt, tempDir, sleep } from "./harness.mjs";
+import { test, dt, tempDir, runtime, sleep } from "./harness.mjs";
 import { startServer } from "../lib/server.mjs";
 import { swap } from "../lib/swap.mjs";
 import { SUPPORTED } from "../lib/swap-local.mjs";
-import { BUN, REFERENCE_SRC, referenceAvailable } from "./reference.mjs";
+import { referenceAvailable } from "./reference.mjs";
 import { LOCAL_PACKAGE_DIR, npmProject } from "./support/local-copies.mjs";
 import { natsServerBinary, startNats } from "./support/nats-server.mjs";
 
 const { keys } = dt;
 const here = dirname(fileURLToPath(import.meta.url));
-const SERVE = join(here, "reference", "swap-serve.ts");
+const SERVE = join(here, "support", "local-serve.mjs");
 
 // As the other local-swap tests: skipped without Bun, the reference or the package's chunk.
 const available = referenceAvailable() && existsSync(join(LOCAL_PACKAGE_DIR, SUPPORTED[0].chunk));
@@ -88,36 +89,38 @@ function assertRedirect(r, writer, path, what) {
 }
 
 /**
- * Starts the local runtime of `project` (swap-serve.ts with $LOCAL_PROJECT: its
+ * Starts the local runtime of `project` under this file's runtime (local-serve.mjs: its
  * `startLocalDurableStreamsServer` on 127.0.0.1, a port of its own) with `env`; resolves
- * { base, child, exited }.
+ * { base, child, exited, runtime }.
  */
 async function serveLocal(project, env) {
-  const child = spawn(BUN, ["--no-install", SERVE], {
-    env: { ...process.env, LOCAL_PROJECT: project, REFERENCE_SRC, DATA_DIR: tempDir("dt-fo-local-data-"), ...env },
+  copyFileSync(SERVE, join(project, "serve.mjs"));
+  const child = spawn(process.execPath, [join(project, "serve.mjs")], {
+    cwd: project,
+    env: { ...process.env, DS_LOCAL_DATA_ROOT: tempDir("dt-fo-local-data-"), ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });
   const exited = new Promise((r) => child.on("exit", (code, signal) => r(signal ?? code)));
   const err = [];
   child.stderr.on("data", (d) => err.push(d));
   try {
-    const port = await new Promise((resolve, reject) => {
+    const ready = await new Promise((resolve, reject) => {
       let buf = "";
       child.stdout.on("data", (d) => {
         buf += d;
         const i = buf.indexOf("\n");
-        if (i >= 0) resolve(JSON.parse(buf.slice(0, i)).port);
+        if (i >= 0) resolve(JSON.parse(buf.slice(0, i)));
       });
       exited.then((how) => reject(new Error(`the local runtime exited ${how}: ${Buffer.concat(err)}`)));
     });
-    return { base: `http://127.0.0.1:${port}`, child, exited };
+    return { base: `http://127.0.0.1:${ready.port}`, child, exited, runtime: ready.runtime };
   } catch (e) {
     child.kill("SIGKILL");
     throw e;
   }
 }
 
-test("the swapped local runtime (prisma dev) publishes with DURABLE_TOUCH_NATS: an edge of ours mirrors it, wakes on its appends, and its fine interest reaches the runtime", async () => {
+test(`the swapped local runtime (prisma dev, under ${runtime}) publishes with DURABLE_TOUCH_NATS: an edge of ours mirrors it, wakes on its appends, and its fine interest reaches the runtime`, async () => {
   const { project } = npmProject(join(tempDir("dt-fo-local-"), "project"));
   swap(project);
   const broker = await startNats({ bin: /** @type {string} */ (nats?.bin), storeDir: join(tempDir("dt-fo-local-js-"), "js") });
@@ -127,6 +130,7 @@ test("the swapped local runtime (prisma dev) publishes with DURABLE_TOUCH_NATS: 
     // Its port is picked at start (0), so what edges name comes from the environment.
     const named = "http://prisma-dev.invalid:51214";
     local = await serveLocal(project, { DURABLE_TOUCH_NATS: broker.url, DURABLE_TOUCH_NATS_PREFIX: "local", DURABLE_TOUCH_WRITER_URL: named });
+    assert.equal(local.runtime, runtime, "the local runtime runs under this file's runtime");
     edge = await startServer({ port: 0, nats: broker.url, natsPrefix: "local", edge: true });
     assert.equal(edge.role, "edge");
 
