@@ -228,14 +228,20 @@ impl Fanout {
     /// Edge: the mirror of `stream`, made with `shape`; a writer's journal made anew with other
     /// options is mirrored anew too (the old mirror's waiters are answered).
     fn mirror(&self, stream: &str, shape: JournalShape) -> Journal {
-        let mut mirrors = self.mirrors.lock();
-        let (s, j) = mirrors.entry(stream.to_string()).or_insert_with(|| (shape, Journal::new(options_of(&shape))));
-        if *s != shape {
-            j.stop();
-            *s = shape;
-            *j = Journal::new(options_of(&shape));
+        let (journal, replaced) = {
+            let mut mirrors = self.mirrors.lock();
+            let (s, j) = mirrors.entry(stream.to_string()).or_insert_with(|| (shape, Journal::new(options_of(&shape))));
+            let replaced = (*s != shape).then(|| {
+                *s = shape;
+                std::mem::replace(j, Journal::new(options_of(&shape)))
+            });
+            (j.clone(), replaced)
+        };
+        // Stopped outside the lock: answering the waiters runs their replies.
+        if let Some(old) = replaced {
+            old.stop();
         }
-        j.clone()
+        journal
     }
 
     /// Edge: records a heartbeat of templates for the next report.
@@ -361,10 +367,14 @@ impl Fanout {
     pub fn close(&self) {
         *self.stop.lock() = true;
         self.stopped.notify_all();
-        if let Some(t) = self.thread.lock().take() {
+        // Taken out first: the guards must not be held while the threads finish (a flush's
+        // observer, on any thread, takes the link's lock to queue its record).
+        let thread = self.thread.lock().take();
+        if let Some(t) = thread {
             let _ = t.join();
         }
-        if let Some(mut link) = self.link.lock().take() {
+        let link = self.link.lock().take();
+        if let Some(mut link) = link {
             link.close();
         }
     }
@@ -544,16 +554,15 @@ impl Inner {
         let mut positions = Vec::new();
         let listed: HashSet<String> = streams.iter().map(|s| s.stream.clone()).collect();
         for b in streams {
-            let cfg = match &b.profile_json {
+            let (profile, cfg) = match &b.profile_json {
                 Some(text) => {
                     let Ok(raw) = json::parse(text) else { continue };
                     let Ok(profile) = validate_state_protocol_profile(&raw, "profile") else { continue };
                     let Some(cfg) = profile.enabled_touch().cloned() else { continue };
-                    self.adopt_profile(&b.stream, profile);
-                    cfg
+                    (Some(profile), cfg)
                 }
                 None => match self.state.lock().streams.get(&b.stream).and_then(|rt| rt.touch().cloned()) {
-                    Some(cfg) => cfg,
+                    Some(cfg) => (None, cfg),
                     None => {
                         // A stream this edge has no profile for: the next report asks for it.
                         fanout.want_full.store(true, Ordering::Release);
@@ -564,6 +573,11 @@ impl Inner {
             };
             let shape = shape_of(&JournalConfig::from_options(&journal_options(&cfg)));
             let journal = fanout.mirror(&b.stream, shape);
+            // The runtime gets its mirror as it takes the profile: a wait or a meta read in
+            // between would otherwise make it a journal of its own, which no flush reaches.
+            if let Some(profile) = profile {
+                self.adopt_profile_with(&b.stream, profile, Some(&journal));
+            }
             // What meta reports; a mirror's buckets are the writer's flushes, not its own.
             journal.set_coalesce_ms(b.coalesce_ms as f64);
             let mut st = self.state.lock();
@@ -593,7 +607,9 @@ impl Inner {
         };
         for name in gone {
             let rt = self.state.lock().streams.remove(&name);
-            if let Some(j) = fanout.mirrors.lock().remove(&name).map(|(_, j)| j) {
+            // Stopped outside the lock: answering the waiters runs their replies.
+            let mirror = fanout.mirrors.lock().remove(&name).map(|(_, j)| j);
+            if let Some(j) = mirror {
                 j.stop();
             }
             drop(rt);
@@ -669,5 +685,77 @@ impl TouchEngine {
             Some(f) if f.is_edge() => Err(f.read_only()),
             _ => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use crate::engine::wait::WaitArgs;
+    use crate::engine::EngineOptions;
+    use crate::store::{Store, StoreOptions};
+
+    /// An edge over an empty store, its broker unreachable (the link retries in the
+    /// background): messages are handed to it directly.
+    fn edge() -> TouchEngine {
+        let store = Store::open(":memory:", StoreOptions::default()).unwrap();
+        let fanout = FanoutOptions { role: Role::Edge, url: "nats://127.0.0.1:1".into(), ..Default::default() };
+        TouchEngine::open(store, EngineOptions { fanout: Some(fanout), ..Default::default() }).unwrap()
+    }
+
+    fn beat(stream: &str) -> Vec<u8> {
+        wire::encode(&Message::Beat {
+            writer: 1,
+            writer_url: String::new(),
+            streams: vec![StreamBeat {
+                stream: stream.into(),
+                epoch: 7,
+                generation: 0,
+                profile_json: Some(r#"{"kind":"state-protocol","touch":{"enabled":true}}"#.into()),
+                ..Default::default()
+            }],
+        })
+    }
+
+    /// A wait racing the beat that brings its stream, many times over: before the runtime got
+    /// its mirror with its profile, about one race in a thousand parked on a journal of its
+    /// own (and missed every wake until its timeout).
+    #[test]
+    fn a_wait_on_a_stream_an_edge_just_heard_of_parks_on_its_mirror() {
+        const ROUNDS: usize = 5_000;
+        let engine = edge();
+        let inner = engine.inner.clone();
+        let fanout = inner.fanout.clone().unwrap();
+        let (mut own, parked) = (0, AtomicUsize::new(0));
+        for i in 0..ROUNDS {
+            let name = format!("s{i}");
+            std::thread::scope(|scope| {
+                // Waits from the moment the stream exists, while its beat is being taken.
+                let waiter = scope.spawn(|| loop {
+                    let args =
+                        WaitArgs::parse(&json::parse(r#"{"cursor":"now","keyIds":[1],"timeoutMs":60000}"#).unwrap())
+                            .unwrap();
+                    let (tx, rx) = std::sync::mpsc::channel();
+                    let control = engine.wait(&name, args, Box::new(move |r| drop(tx.send(r))));
+                    if rx.try_recv().is_err() {
+                        parked.fetch_add(1, Ordering::Relaxed);
+                        return control;
+                    }
+                });
+                inner.take_message(&beat(&name));
+                let control = waiter.join().unwrap();
+                let journal = control.parked_on().expect("parked");
+                let mirror = fanout.mirrors.lock().get(&name).map(|(_, j)| j.clone()).unwrap();
+                if !journal.same_as(&mirror) {
+                    own += 1;
+                }
+                control.abort();
+            });
+        }
+        assert_eq!(parked.load(Ordering::Relaxed), ROUNDS);
+        assert_eq!(own, 0, "waits parked on a journal of the edge's own, which no flush reaches");
+        blocking(|r| engine.close(r)).unwrap();
     }
 }

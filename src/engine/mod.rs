@@ -676,7 +676,17 @@ fn new_stream_rt(fanout: &Option<Arc<fanout::Fanout>>, stream: &str, profile: St
 impl Inner {
     /// Takes `profile` as the stream's (already saved), keeping its runtime state.
     pub(crate) fn adopt_profile(&self, stream: &str, profile: StateProtocolProfile) {
+        self.adopt_profile_with(stream, profile, None)
+    }
+
+    /// [`Inner::adopt_profile`], and the stream's journal is `journal` from then on (an edge's
+    /// mirror), set in the same critical section.
+    pub(crate) fn adopt_profile_with(&self, stream: &str, profile: StateProtocolProfile, journal: Option<&Journal>) {
         let mut st = self.state.lock();
+        let st = &mut *st;
+        if let (Some(j), Some(rt)) = (journal, st.streams.get_mut(stream)) {
+            rt.journal = Some(j.clone());
+        }
         st.profile_seq += 1;
         let seq = st.profile_seq;
         match st.streams.get_mut(stream) {
@@ -693,7 +703,8 @@ impl Inner {
                     rt.processed_through = None;
                 }
                 rt.profile = profile;
-                if journal_reset && rt.journal.as_ref().is_some_and(|j| j.active_waiters() == 0) {
+                // (An edge's new mirror, given, is that new journal already.)
+                if journal.is_none() && journal_reset && rt.journal.as_ref().is_some_and(|j| j.active_waiters() == 0) {
                     // B14: new `touch.memory` settings take effect with a new journal
                     // (its cursor is new: clients see `stale`).
                     if let Some(j) = rt.journal.take() {
@@ -704,6 +715,7 @@ impl Inner {
             None => {
                 let mut rt = new_stream_rt(&self.fanout, stream, profile);
                 rt.profile_seq = seq;
+                rt.journal = journal.cloned();
                 st.streams.insert(stream.to_string(), rt);
             }
         }

@@ -36,6 +36,12 @@ impl WaitControl {
         }
     }
 
+    /// The journal the wait is parked on, if it is.
+    #[cfg(test)]
+    pub(crate) fn parked_on(&self) -> Option<Journal> {
+        self.parked.lock().as_ref().map(|(j, _)| j.clone())
+    }
+
     pub fn is_aborted(&self) -> bool {
         self.aborted.load(Ordering::SeqCst)
     }
