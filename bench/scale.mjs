@@ -255,8 +255,15 @@ async function natsPublisher(port) {
   };
 }
 
+/** The fan-out's format version, read from src/fanout/wire.rs (`const VERSION`). */
+const WIRE_VERSION = (() => {
+  const m = readFileSync(new URL("../src/fanout/wire.rs", import.meta.url), "utf8").match(/^const VERSION: u8 = (\d+);/m);
+  if (!m) throw new Error("no `const VERSION: u8` in src/fanout/wire.rs");
+  return Number(m[1]);
+})();
+
 /**
- * An edge's interest report, format version 2 (src/fanout/wire.rs `encode_interest`; a writer
+ * An edge's interest report, laid out as src/fanout/wire.rs `encode_interest` does (a writer
  * counts a report it cannot read in `fanoutStats().badMessages`, which the bench checks).
  */
 function interestReport(edgeId, ttlMs, stream, fineWaiters, keyIds) {
@@ -264,7 +271,7 @@ function interestReport(edgeId, ttlMs, stream, fineWaiters, keyIds) {
   const b = Buffer.alloc(2 + 8 + 4 + 1 + 4 + 4 + s.length + 12 + 4 + 4 * keyIds.length + 4 + 4);
   let o = 0;
   b[o++] = 0x49; // 'I'
-  b[o++] = 2;
+  b[o++] = WIRE_VERSION;
   b.writeBigUInt64LE(edgeId, o);
   o += 8;
   b.writeUInt32LE(ttlMs, o);
