@@ -293,14 +293,19 @@ test("the broker killed mid-load and restarted: no wait hangs, every edge answer
           await sleep(10);
         }
       })();
-      // Wait chains at the edge: each re-waits from the cursor its reply gave.
-      let chains = true;
+      // Wait chains at the edge: each re-waits from the cursor its reply gave, until stopped.
+      // The stop is an AbortController's flag, read through its getter: under Bun (1.3.6, long
+      // loaded processes, 2 runs in 14) chains were seen still starting waits 30 s after a
+      // captured `let chains = false`, each wait answered in time.
+      const stop = new AbortController();
       const current = new Map();
       const chain = async (table) => {
         let cursor = cursors[0];
         let replies = 0;
-        while (chains) {
-          current.set(table, { cursor, since: Date.now() });
+        let afterStop = 0;
+        while (!stop.signal.aborted) {
+          if (stopped !== null) afterStop++;
+          current.set(table, { cursor, since: Date.now(), afterStop });
           const r = await edge.engine.wait({ stream: "s", cursor, keyIds: [keys.tableKeyId(table)], interestMode: "coarse", timeoutMs: 1_000 });
           cursor = r.cursor;
           replies++;
@@ -308,6 +313,8 @@ test("the broker killed mid-load and restarted: no wait hangs, every edge answer
         current.delete(table);
         return replies;
       };
+      /** @type {number | null} */
+      let stopped = null;
       const running = ["t1", "t2", "t3", "t19"].map(chain);
       await sleep(500);
       await server.kill();
@@ -317,14 +324,21 @@ test("the broker killed mid-load and restarted: no wait hangs, every edge answer
       writing = false;
       await writes;
       await settled(writer, edge);
-      chains = false;
-      const replies = await Promise.race([Promise.all(running), sleep(30_000).then(() => null)]);
+      stopped = performance.now();
+      stop.abort();
+      // 30 s on the clock (not one 30 s timer, which could fire early under Bun).
+      const budget = new Promise((resolve) => {
+        const tick = () => (performance.now() - /** @type {number} */ (stopped) >= 30_000 ? resolve(null) : setTimeout(tick, 50));
+        tick();
+      });
+      const replies = await Promise.race([Promise.all(running), budget]);
       if (!replies) {
         // Where a hung wait is: still parked in the edge's journal past its deadline, or
         // answered natively and never settled in JavaScript.
         const hung = [...current].map(([t, w]) => ({ table: t, ...w, ageMs: Date.now() - w.since }));
+        const waitedMs = Math.round(performance.now() - stopped);
         const m = await edge.engine.meta("s").catch((e) => e.code);
-        assert.fail(`a wait chain hangs: ${JSON.stringify({ hung, activeWaiters: m.activeWaiters, cursor: m.cursor, fanout: edge.engine.fanoutStats() })}`);
+        assert.fail(`a wait chain hangs: ${JSON.stringify({ waitedMs, hung, activeWaiters: m.activeWaiters, cursor: m.cursor, fanout: edge.engine.fanoutStats() })}`);
       }
       assert.ok(replies.every((r) => r > 0));
       let stale = 0;
@@ -444,7 +458,8 @@ test("a second writer on a taken prefix stands by until the first is gone; the e
       }, "the edge following the second writer");
       const w = edge.engine.wait({ stream: "other", cursor: c2, keyIds: [TABLE], interestMode: "coarse", timeoutMs: 10_000 });
       await second.store.append("other", [rec(2, 3)]);
-      assert.equal((await w).touched, true);
+      const rw = await w;
+      assert.equal(rw.touched, true, JSON.stringify(rw));
       assert.equal(edge.engine.fanoutStats().writerUrl, "http://second.test");
       // Its own stream "s" is another epoch: the wait parked on the first writer's is answered.
       const [e1, e2] = [(await edge.engine.meta("s")).cursor, (await second.engine.meta("s")).cursor].map((c) => c.split(":")[0]);
