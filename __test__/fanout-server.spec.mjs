@@ -286,6 +286,59 @@ test("an edge process killed with SIGKILL and started again: within retention it
   }
 }, { timeout: 120_000 });
 
+test("a writer process killed with SIGKILL and started again on its data: a new epoch the edge adopts, and it publishes at once", async () => {
+  const broker = await startNats({ bin: nats.bin, storeDir: join(tempDir("dt-fo-srv-"), "js") });
+  const data = tempDir("dt-fo-k9w-");
+  const procs = [];
+  const writerProcess = async () => {
+    const w = await cli(["--port", "0", "--data", data, "--nats", broker.url, "--nats-prefix", "k9w"]);
+    procs.push(w);
+    return w;
+  };
+  let edge = null;
+  try {
+    const first = await writerProcess();
+    edge = await startServer({ port: 0, nats: broker.url, natsPrefix: "k9w", edge: true });
+    assert.equal((await call(first.url, "/v1/stream/todos", { method: "PUT" })).status, 201);
+    assert.equal((await call(first.url, "/v1/stream/todos/_profile", { method: "POST", json: PROFILE })).status, 200);
+    assert.equal((await call(first.url, "/v1/stream/todos", { method: "POST", json: [insert(1, "t1")] })).status, 204);
+    const old = (await call(first.url, "/v1/stream/todos/touch/meta?settle=flush")).body.cursor;
+    await edgeAt(edge.url, "todos", old);
+    // A wait parked at the edge across the kill, on a key nothing touches before the restart.
+    const held = call(edge.url, "/v1/stream/todos/touch/wait", { method: "POST", json: { cursor: old, keyIds: [TABLE], interestMode: "coarse", timeoutMs: 60_000 } });
+    await sleep(100);
+    first.child.kill("SIGKILL");
+    assert.equal(await first.exited, "SIGKILL");
+
+    // Started again at once on the same data: it is not held off by its dead self's claim on
+    // the prefix, the edge adopts its new epoch, and the wait parked across the kill is answered.
+    const second = await writerProcess();
+    const now = (await call(second.url, "/v1/stream/todos/touch/meta")).body.cursor;
+    assert.notEqual(now.split(":")[0], old.split(":")[0], "a restarted writer is a new epoch");
+    await edgeAt(edge.url, "todos", now);
+    const h = await held;
+    assert.equal(h.status, 200, JSON.stringify(h.body));
+    assert.ok(h.body.stale === true || h.body.touched === true, `the wait parked across the kill: ${JSON.stringify(h.body)}`);
+    let r = await probe(edge.url, "todos", old, [keys.tableKeyId("public.other")]);
+    assert.equal(r.stale, true, `a cursor of the killed writer: ${JSON.stringify(r)}`);
+    const ws = (await call(second.url, "/v1/stats")).body.fanout;
+    assert.equal(ws.standby, false, JSON.stringify(ws));
+    // It publishes: a wait at the edge from its cursor wakes on its append.
+    const waiting = call(edge.url, "/v1/stream/todos/touch/wait", { method: "POST", json: { cursor: now, keyIds: [TABLE], interestMode: "coarse", timeoutMs: 60_000 } });
+    await sleep(100);
+    assert.equal((await call(second.url, "/v1/stream/todos", { method: "POST", json: [insert(2, "t2")] })).status, 204);
+    r = (await waiting).body;
+    assert.equal(r.touched, true, JSON.stringify(r));
+  } finally {
+    for (const p of procs) {
+      if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill("SIGKILL");
+      await p.exited;
+    }
+    await edge?.close();
+    await broker.stop();
+  }
+}, { timeout: 120_000 });
+
 test("an edge that has heard no writer answers 503 ERR_EDGE_READ_ONLY; a server without --nats has no fan-out", async () => {
   const broker = await startNats({ bin: nats.bin, storeDir: join(tempDir("dt-fo-srv-"), "js") });
   let edge = null;
