@@ -683,14 +683,13 @@ impl Inner {
     /// mirror), set in the same critical section.
     pub(crate) fn adopt_profile_with(&self, stream: &str, profile: StateProtocolProfile, journal: Option<&Journal>) {
         let mut st = self.state.lock();
-        let st = &mut *st;
-        if let (Some(j), Some(rt)) = (journal, st.streams.get_mut(stream)) {
-            rt.journal = Some(j.clone());
-        }
         st.profile_seq += 1;
         let seq = st.profile_seq;
         match st.streams.get_mut(stream) {
             Some(rt) => {
+                if let Some(j) = journal {
+                    rt.journal = Some(j.clone());
+                }
                 rt.profile_seq = seq;
                 if rt.profile == profile {
                     return;

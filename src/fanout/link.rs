@@ -120,7 +120,7 @@ impl Hold {
 
     /// The elder this writer stands by for, if any.
     pub fn elder(&self) -> Option<&Claim> {
-        self.elders.values().map(|(c, _)| c).min_by_key(|c| (c.started_at_ms, c.writer))
+        self.elders.values().map(|(c, _)| c).min_by_key(|c| c.seniority())
     }
 }
 
@@ -282,19 +282,17 @@ async fn run(
     // A writer asks who holds its prefix before it publishes, then hears the other writers'
     // claims.
     let (claims_tx, mut claims_rx) = mpsc::unbounded_channel::<(Claim, Option<async_nats::Subject>)>();
-    let mut hold = claim.clone().map(Hold::new);
-    let claims = if let Some(mine) = &claim {
-        let ask = client.request(claim_subject(&opts.prefix), wire::encode_claim(mine).into());
+    let mut hold = claim.map(Hold::new);
+    let claims = if let Some(hold) = hold.as_mut() {
+        let ask = client.request(claim_subject(&opts.prefix), wire::encode_claim(&hold.mine).into());
         let answer = tokio::select! {
             biased;
             _ = &mut stop => None,
             a = tokio::time::timeout(CLAIM_ANSWER, ask) => a.ok().and_then(|r| r.ok()),
         };
-        if let (Some(hold), Some(m)) = (hold.as_mut(), answer) {
-            if let Ok(other) = wire::decode_claim(&m.payload) {
-                hold.heard(other, Instant::now());
-                stand_by(hold, &stats, &opts.prefix);
-            }
+        if let Some(other) = answer.and_then(|m| wire::decode_claim(&m.payload).ok()) {
+            hold.heard(other, Instant::now());
+            stand_by(hold, &stats, &opts.prefix);
         }
         let (client, subject) = (client.clone(), claim_subject(&opts.prefix));
         Some(tokio::spawn(async move {

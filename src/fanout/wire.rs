@@ -98,19 +98,27 @@ pub struct Claim {
 }
 
 impl Claim {
-    /// Whether this writer holds the prefix against `other`: the one that started first (the
-    /// lower id on a tie), so two writers agree on which of them publishes.
+    /// The order of writers on a prefix: the one that started first (the lower id on a tie)
+    /// is the elder, so two writers agree on which of them publishes.
+    pub fn seniority(&self) -> (i64, u64) {
+        (self.started_at_ms, self.writer)
+    }
+
+    /// Whether this writer holds the prefix against `other`.
     pub fn is_elder_than(&self, other: &Claim) -> bool {
-        (self.started_at_ms, self.writer) < (other.started_at_ms, other.writer)
+        self.seniority() < other.seniority()
     }
 }
 
 // ---- writing
 
-#[derive(Default)]
 struct W(Vec<u8>);
 
 impl W {
+    /// A message of `kind`: its kind byte and the format version, as [`R::header`] reads them.
+    fn message(kind: u8) -> W {
+        W(vec![kind, VERSION])
+    }
     fn u8(&mut self, v: u8) {
         self.0.push(v);
     }
@@ -150,14 +158,15 @@ impl W {
 
 /// Encodes a writer's message.
 pub fn encode(msg: &Message) -> Vec<u8> {
-    let mut w = W::default();
+    let mut w = W::message(match msg {
+        Message::Flush { .. } => FLUSH,
+        Message::Beat { .. } => BEAT,
+    });
     match msg {
         Message::Flush { stream, shape, record } => {
             // A flush is the fan-out's hot message: 4 bytes a key id, and a header of varints
             // (~30 bytes for a short stream name).
             w.0.reserve(40 + stream.len() + record.keys.len() * 4 + record.exact.len() * 8);
-            w.u8(FLUSH);
-            w.u8(VERSION);
             w.vstr(stream);
             w.u8(shape.filter_pow2);
             w.u8(shape.k);
@@ -179,8 +188,6 @@ pub fn encode(msg: &Message) -> Vec<u8> {
             }
         }
         Message::Beat { writer, writer_url, streams } => {
-            w.u8(BEAT);
-            w.u8(VERSION);
             w.u64(*writer);
             w.str(writer_url);
             w.len(streams.len());
@@ -220,9 +227,7 @@ pub fn encode(msg: &Message) -> Vec<u8> {
 
 /// Encodes an edge's interest.
 pub fn encode_interest(i: &Interest) -> Vec<u8> {
-    let mut w = W::default();
-    w.u8(INTEREST);
-    w.u8(VERSION);
+    let mut w = W::message(INTEREST);
     w.u64(i.edge);
     w.u32(i.ttl_ms);
     w.u8(i.want_full as u8);
@@ -248,9 +253,7 @@ pub fn encode_interest(i: &Interest) -> Vec<u8> {
 
 /// Encodes a writer's claim.
 pub fn encode_claim(c: &Claim) -> Vec<u8> {
-    let mut w = W::default();
-    w.u8(CLAIM);
-    w.u8(VERSION);
+    let mut w = W::message(CLAIM);
     w.u64(c.writer);
     w.i64(c.started_at_ms);
     w.u32(c.beat_ms);
