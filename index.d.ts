@@ -388,6 +388,8 @@ export interface EngineStats {
   topStreams: Array<TopStreamEntry>
   streams: Array<StreamRuntimeStats>
   templateLifecycle: LifecycleStats
+  /** Ours: the journals kept across restarts, as taken up when the engine opened. */
+  keptJournals: KeptJournalStats
 }
 
 export interface FailureRecord {
@@ -457,6 +459,26 @@ export interface HotInterest {
   /** Template ids the wait's query uses (16 hex; others are ignored). */
   templateIdsUsed?: Array<string>
   interestMode: 'fine' | 'coarse'
+}
+
+/** `stats().keptJournals`. */
+export interface KeptJournalStats {
+  /**
+   * The folder journals are kept in; null when they are not (`keepCursors: false`, an
+   * in-memory store, an edge).
+   */
+  folder?: string
+  /** Journals taken up at open (their cursors answered as before the restart). */
+  kept: number
+  /**
+   * Kept journals refused at open (damaged, another store's, or left before an OS restart
+   * without a clean close): those streams started a new epoch.
+   */
+  refused: number
+  /** Flushes replayed from the logs at open (0 after a clean close). */
+  replayedFlushes: number
+  /** Time taken to take them up, in ms. */
+  restoreMs: number
 }
 
 /** Lifecycle events of a stream that did not fit the queue: counted, not kept. */
@@ -795,6 +817,13 @@ export interface TouchEngineOptions {
    * them.
    */
   fanout?: FanoutConfig
+  /**
+   * Keep every stream's touch journal across restarts, in the folder `<store file>-journals/`
+   * (default true): a cursor handed out before a restart, a crash included, is answered
+   * after it as before, not `stale`. False: a new epoch at every open (the reference's
+   * behaviour). Nothing is kept for an in-memory store or at an edge.
+   */
+  keepCursors?: boolean
 }
 
 /** What `waitForAny` resolves with when a touch woke it. */
@@ -943,6 +972,17 @@ export interface TouchMeta {
   compensationTouchesTotal: number
   /** Ours: batches cut short to keep fine touches within the budget. */
   batchesSplitForBudgetTotal: number
+  /** Ours: whether the journal is kept across restarts (its cursors stay valid). */
+  journalKept: boolean
+  /** Ours: wall-clock ms when the journal's epoch started (0 when not known, at an edge). */
+  epochStartedAtMs: number
+  /** Ours: flushes replayed from the kept log when the engine opened. */
+  replayedFlushes: number
+  /**
+   * Ours: the oldest generation a cursor may name and be answered precisely (older cursors
+   * of the epoch answer `stale`).
+   */
+  floorGeneration: number
 }
 
 /** A touch (the reference's `TouchRow`). */

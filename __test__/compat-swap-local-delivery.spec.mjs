@@ -6,7 +6,8 @@
 //   the unswapped runtime too, and delivered by the swapped one;
 // - swap-oracle.ts: the randomized oracle (a writer and ~50 chains of waiters) has no timed-out
 //   wait of the swapped runtime that missed a change to its keys;
-// - swap-restart.ts: a runtime's life and restart on one data dir: the old cursor is stale,
+// - swap-restart.ts: a runtime's life and restart on one data dir: the old cursor is kept when
+//   both runs are swapped (stale otherwise),
 //   templates, checkpoint and waits carry over; swapped, and across `swap` and `swap --undo`
 //   between the two lives.
 import assert from "node:assert/strict";
@@ -56,11 +57,11 @@ test("HTTP oracle on the swapped local runtime: no timed-out wait missed a chang
   assert.equal(r.misses, 0, `${about}\nfirst misses: ${JSON.stringify(r.firstMisses, null, 1)}`);
 }, { timeout: 60_000, skip: !available });
 
-test("restart on the same data dir: the old cursor is stale, templates, checkpoint and waits carry over (swapped; swapped then undone; unswapped then swapped)", async () => {
+test("restart on the same data dir: the old cursor is kept swapped (stale otherwise), templates, checkpoint and waits carry over (swapped; swapped then undone; unswapped then swapped)", async () => {
   const swapped = project(true);
   const undone = project(true);
   const later = project(false);
-  checkRestart(await lifeAndRestart({ LOCAL_PROJECT: swapped }, () => {}), "swapped");
+  checkRestart(await lifeAndRestart({ LOCAL_PROJECT: swapped }, () => {}), "swapped", { kept: true });
   checkRestart(await lifeAndRestart({ LOCAL_PROJECT: undone }, () => swap(undone, { undo: true })), "swapped, then undone");
   checkRestart(await lifeAndRestart({ LOCAL_PROJECT: later }, () => swap(later)), "unswapped, then swapped");
 }, { timeout: 60_000, skip: !available });

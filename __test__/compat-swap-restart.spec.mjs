@@ -1,7 +1,8 @@
 // The swapped server's state on disk, across restarts of the reference server (under Bun):
 // `swap --undo` and restart on the same data dir (and the reverse) keeps the templates, the
 // touch checkpoint and working waits; and a swapped server killed with SIGKILL while it appends
-// and processes keeps every acknowledged append, and its touch processing resumes and catches up.
+// and processes keeps every acknowledged append and every cursor it handed out, and its touch
+// processing resumes and catches up.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { dirname, join } from "node:path";
@@ -15,15 +16,18 @@ import { openSqliteDatabase } from "../compat/sqlite-adapter.mjs";
 
 const SERVE = join(dirname(fileURLToPath(import.meta.url)), "reference", "swap-serve.ts");
 
-test("swap --undo and restart: the unswapped server starts on the swapped one's data dir (templates, checkpoint, waits), and the reverse", async () => {
-  const { undone, swapped } = serverCopies("undone", "swapped");
+test("swap --undo and restart: the unswapped server starts on the swapped one's data dir (templates, checkpoint, waits), and the reverse; swapped twice, the cursor is kept", async () => {
+  const { undone, swapped, kept } = serverCopies("undone", "swapped", "kept");
   swap(undone);
-  const [a, b] = await Promise.all([
+  swap(kept);
+  const [a, b, c] = await Promise.all([
     lifeAndRestart({ APP_SRC: undone }, () => swap(undone, { undo: true })),
     lifeAndRestart({ APP_SRC: swapped }, () => swap(swapped)),
+    lifeAndRestart({ APP_SRC: kept }, () => {}),
   ]);
   checkRestart(a, "swapped, then undone");
   checkRestart(b, "unswapped, then swapped");
+  checkRestart(c, "swapped, then swapped", { kept: true });
 }, { timeout: 60_000, skip: !referenceAvailable() });
 
 /** Starts __test__/reference/swap-serve.ts on `dir`; resolves { port, base, child, exited },
@@ -91,9 +95,11 @@ async function killAndRestart(running) {
       }
     }
   };
+  const lastCursors = [];
   const waiter = async (i) => {
     let c = cursor;
     while (!stop) {
+      lastCursors[i] = c;
       const body = i % 2 ? { cursor: c, keys: [table], interestMode: "coarse", timeoutMs: 2000 } : { cursor: c, keys: [dt.keys.watchKey(templateId, [`g${i % 13}`])], templateIdsUsed: [templateId], timeoutMs: 2000 };
       try {
         const r = await call(srv.base, "/v1/stream/k/touch/wait", "POST", body);
@@ -156,6 +162,22 @@ async function killAndRestart(running) {
   assert.ok(checkpoint >= 0n, `the killed server had processed nothing (${acked.size} rows acknowledged)`);
   assert.ok(meta.scanRowsTotal >= Number(behind) && meta.scanRowsTotal <= Number(behind) + 1000 && meta.scanRowsTotal < Number(rowsInStream),
     `processed ${meta.scanRowsTotal} rows after the restart; ${behind} of ${rowsInStream} were after the checkpoint ${checkpoint}`);
+
+  // Every cursor handed out before the kill is kept: the first one and each waiter's last one
+  // (all of the same epoch as now), woken at once by the rows written since, never stale; a
+  // table nobody wrote stays quiet.
+  const epoch = meta.epoch;
+  for (const c of [cursor, ...lastCursors]) {
+    assert.equal(c.split(":")[0], epoch, `${c}: the epoch survives the kill`);
+  }
+  const firstWait = (await call(srv.base, "/v1/stream/k/touch/wait", "POST", { cursor, keys: [table], interestMode: "coarse", timeoutMs: 3000 })).body;
+  assert.deepEqual([firstWait.stale === true, firstWait.touched], [false, true], JSON.stringify(firstWait));
+  const quiet = (await call(srv.base, "/v1/stream/k/touch/wait", "POST", { cursor, keys: [dt.keys.tableKey("public.nobody")], interestMode: "coarse", timeoutMs: 300 })).body;
+  assert.deepEqual([quiet.stale === true, quiet.touched], [false, false], JSON.stringify(quiet));
+  const replies = await Promise.all(
+    lastCursors.map((c) => call(srv.base, "/v1/stream/k/touch/wait", "POST", { cursor: c, keys: [dt.keys.tableKey("public.nobody")], interestMode: "coarse", timeoutMs: 300 })),
+  );
+  assert.deepEqual(replies.filter((r) => r.body.stale === true).map((r) => r.body), [], "no waiter's last cursor is stale");
 
   // A wait from a fresh cursor is woken by a new append (a watch key of the template).
   const fresh = (await call(srv.base, "/v1/stream/k/touch/meta?settle=flush&timeoutMs=3000")).body.cursor;

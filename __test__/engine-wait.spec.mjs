@@ -93,19 +93,32 @@ test("keyIds-only waits and exact waits on literal routing keys", async () => {
   await closeAll(ctx);
 });
 
-test("restarting the engine over the same file makes old cursors stale", async () => {
+test("restarting the engine over the same file keeps old cursors (keepCursors: false: stale)", async () => {
   const path = join(tempDir(), "restart.sqlite");
   const first = await open(path);
   const { cursor } = await first.engine.meta("s");
   await closeAll(first);
-  const store = Store.open(path);
-  const engine = new TouchEngine(store);
+  let store = Store.open(path);
+  let engine = new TouchEngine(store);
   assert.deepEqual(engine.getTouchConfig("s").enabled, true, "the touch config was persisted");
+  const kept = await engine.wait({ stream: "s", cursor, keyIds: [1], timeoutMs: 200 });
+  assert.deepEqual([kept.stale === true, kept.touched, kept.cursor], [false, false, cursor]);
+  const meta = await engine.meta("s");
+  assert.deepEqual([meta.journalKept, meta.replayedFlushes, meta.floorGeneration], [true, 0, 0]);
+  assert.ok(meta.epochStartedAtMs > 0 && meta.epochStartedAtMs <= Date.now());
+  assert.equal(engine.stats().keptJournals.kept, 1);
+  await engine.close();
+  await store.close();
+
+  store = Store.open(path);
+  engine = new TouchEngine(store, { keepCursors: false });
   const r = await engine.wait({ stream: "s", cursor, keyIds: [1], timeoutMs: 5000 });
   assert.equal(r.stale, true);
   assert.equal(r.error.code, "stale");
   assert.notEqual(r.epoch, cursor.split(":")[0]);
   assert.equal(r.cursor, `${r.epoch}:${r.generation}`);
+  assert.equal((await engine.meta("s")).journalKept, false);
+  assert.equal(engine.stats().keptJournals.folder, undefined);
   await engine.close();
   await store.close();
 });

@@ -286,7 +286,7 @@ test("an edge process killed with SIGKILL and started again: within retention it
   }
 }, { timeout: 120_000 });
 
-test("a writer process killed with SIGKILL and started again on its data: a new epoch the edge adopts, and it publishes at once", async () => {
+test("a writer process killed with SIGKILL and started again on its data: the same epoch goes on, the edge keeps its mirror and parked waits, and it publishes at once", async () => {
   const broker = await startNats({ bin: nats.bin, storeDir: join(tempDir("dt-fo-srv-"), "js") });
   const data = tempDir("dt-fo-k9w-");
   const procs = [];
@@ -304,31 +304,35 @@ test("a writer process killed with SIGKILL and started again on its data: a new 
     assert.equal((await call(first.url, "/v1/stream/todos", { method: "POST", json: [insert(1, "t1")] })).status, 204);
     const old = (await call(first.url, "/v1/stream/todos/touch/meta?settle=flush")).body.cursor;
     await edgeAt(edge.url, "todos", old);
-    // A wait parked at the edge across the kill, on a key nothing touches before the restart.
-    const held = call(edge.url, "/v1/stream/todos/touch/wait", { method: "POST", json: { cursor: old, keyIds: [TABLE], interestMode: "coarse", timeoutMs: 60_000 } });
+    // Waits parked at the edge across the kill: one on the table the next append writes, one
+    // on a table nothing writes.
+    const wait = (table) => call(edge.url, "/v1/stream/todos/touch/wait", { method: "POST", json: { cursor: old, keyIds: [table], interestMode: "coarse", timeoutMs: 60_000 } });
+    const held = wait(TABLE);
+    const quiet = wait(keys.tableKeyId("public.other"));
     await sleep(100);
     first.child.kill("SIGKILL");
     assert.equal(await first.exited, "SIGKILL");
 
     // Started again at once on the same data: it is not held off by its dead self's claim on
-    // the prefix, the edge adopts its new epoch, and the wait parked across the kill is answered.
+    // the prefix, and its journal is the one it kept: the same epoch, the same generation.
     const second = await writerProcess();
     const now = (await call(second.url, "/v1/stream/todos/touch/meta")).body.cursor;
-    assert.notEqual(now.split(":")[0], old.split(":")[0], "a restarted writer is a new epoch");
-    await edgeAt(edge.url, "todos", now);
-    const h = await held;
-    assert.equal(h.status, 200, JSON.stringify(h.body));
-    assert.ok(h.body.stale === true || h.body.touched === true, `the wait parked across the kill: ${JSON.stringify(h.body)}`);
-    let r = await probe(edge.url, "todos", old, [keys.tableKeyId("public.other")]);
-    assert.equal(r.stale, true, `a cursor of the killed writer: ${JSON.stringify(r)}`);
+    assert.equal(now.split(":")[0], old.split(":")[0], "a restarted writer keeps its epoch");
     const ws = (await call(second.url, "/v1/stats")).body.fanout;
     assert.equal(ws.standby, false, JSON.stringify(ws));
-    // It publishes: a wait at the edge from its cursor wakes on its append.
-    const waiting = call(edge.url, "/v1/stream/todos/touch/wait", { method: "POST", json: { cursor: now, keyIds: [TABLE], interestMode: "coarse", timeoutMs: 60_000 } });
-    await sleep(100);
+    // Its next flush reaches the edge as the next generation: the parked wait on its table
+    // wakes (touched, not stale), the other stays parked and its cursor stays good.
     assert.equal((await call(second.url, "/v1/stream/todos", { method: "POST", json: [insert(2, "t2")] })).status, 204);
-    r = (await waiting).body;
-    assert.equal(r.touched, true, JSON.stringify(r));
+    const h = await held;
+    assert.deepEqual([h.status, h.body.stale === true, h.body.touched], [200, false, true], JSON.stringify(h.body));
+    const after = (await call(second.url, "/v1/stream/todos/touch/meta?settle=flush")).body.cursor;
+    await edgeAt(edge.url, "todos", after);
+    const still = await Promise.race([quiet.then(() => "answered"), sleep(300).then(() => "parked")]);
+    assert.equal(still, "parked", "a wait on an untouched table stays parked at the edge across the writer's restart");
+    const r = await probe(edge.url, "todos", old, [keys.tableKeyId("public.other")]);
+    assert.deepEqual([r.stale === true, r.touched], [false, false], `a cursor of the killed writer: ${JSON.stringify(r)}`);
+    const es = (await call(edge.url, "/v1/stats")).body.fanout;
+    assert.equal(es.gaps, 0, `the edge saw no gap: ${JSON.stringify(es)}`);
   } finally {
     for (const p of procs) {
       if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill("SIGKILL");

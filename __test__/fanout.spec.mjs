@@ -34,12 +34,13 @@ async function until(f, what, ms = 20_000) {
 }
 
 /** A writer on a file store with stream `s` (touch on), publishing under `prefix`. */
-async function openWriter(dir, url, prefix, extra = {}) {
+async function openWriter(dir, url, prefix, extra = {}, options = {}) {
   const store = Store.open(join(dir, "writer.sqlite"));
   if (!(await store.getStream("s"))) await store.createStream("s", { contentType: "application/json" });
   const engine = new TouchEngine(store, {
     checkIntervalMs: 100,
     fanout: { role: "writer", url, prefix, beatMs: 100, writerUrl: "http://writer.test:8787", ...extra },
+    ...options,
   });
   engine.setTouchConfig("s", { enabled: true });
   return { store, engine, close: async () => (await engine.close(), await store.close()) };
@@ -394,22 +395,41 @@ test("the broker restarted without its store: the edge's older cursors answer st
   });
 }, { timeout: 90_000 });
 
-test("a writer restarted is a new epoch the edges adopt", async () => {
+test("a writer restarted keeps its epoch at its edges (no gap, waits stay); with keepCursors: false it is a new epoch they adopt", async () => {
   await withNats(async (server, dir) => {
     const prefix = newPrefix();
     let writer = await openWriter(dir, server.url, prefix);
     const edge = await openEdge(server.url, prefix);
     try {
       const old = await settled(writer, edge);
+      const parked = edge.engine.wait({ stream: "s", cursor: old, keyIds: [TABLE], interestMode: "coarse", timeoutMs: 20_000 });
+      const quiet = edge.engine.wait({ stream: "s", cursor: old, keyIds: [TABLE + 1], interestMode: "coarse", timeoutMs: 20_000 });
       await writer.close();
       writer = await openWriter(dir, server.url, prefix);
-      const now = await settled(writer, edge);
-      assert.notEqual(now.split(":")[0], old.split(":")[0], "a new epoch");
-      const r = await check(edge, old, [TABLE]);
-      assert.equal(r.stale, true);
-      assert.equal(r.cursor, now);
-      const w = edge.engine.wait({ stream: "s", cursor: now, keyIds: [TABLE], interestMode: "coarse", timeoutMs: 10_000 });
+      assert.equal((await writer.engine.meta("s")).cursor, old, "the same epoch and generation");
       await writer.store.append("s", [rec(3, 1)]);
+      const woken = await parked;
+      assert.deepEqual([woken.stale === true, woken.touched], [false, true], JSON.stringify(woken));
+      const now = await settled(writer, edge);
+      assert.equal(now.split(":")[0], old.split(":")[0]);
+      assert.equal(await Promise.race([quiet.then(() => "answered"), sleep(200).then(() => "parked")]), "parked");
+      const r = await check(edge, old, [TABLE + 1]);
+      assert.deepEqual([r.stale === true, r.touched], [false, false], JSON.stringify(r));
+      const stats = edge.engine.fanoutStats();
+      assert.deepEqual([stats.gaps, stats.adopted], [0, 1], JSON.stringify(stats));
+
+      // The reference's behaviour on request: a new epoch, which the edge adopts.
+      await writer.close();
+      writer = await openWriter(dir, server.url, prefix, {}, { keepCursors: false });
+      const fresh = await settled(writer, edge);
+      assert.notEqual(fresh.split(":")[0], old.split(":")[0], "a new epoch");
+      const q = await quiet;
+      assert.ok(q.stale === true || q.touched === true, `the parked wait is answered by the new epoch: ${JSON.stringify(q)}`);
+      const stale = await check(edge, old, [TABLE]);
+      assert.equal(stale.stale, true);
+      assert.equal(stale.cursor, fresh);
+      const w = edge.engine.wait({ stream: "s", cursor: fresh, keyIds: [TABLE], interestMode: "coarse", timeoutMs: 10_000 });
+      await writer.store.append("s", [rec(4, 1)]);
       assert.equal((await w).touched, true);
     } finally {
       await edge.close();

@@ -14,8 +14,8 @@ const JSON_HEADERS = { "content-type": "application/json" };
 const TEMPLATE = { entity: "public.todos", fields: [{ name: "tenantId", encoding: "string" }] };
 const insert = (id, tenantId) => ({ type: "public.todos", key: String(id), value: { id: String(id), tenantId }, headers: { operation: "insert" } });
 
-async function setup(dataDir = tempDir()) {
-  const server = await startServer({ port: 0, dataDir });
+async function setup(dataDir = tempDir(), options = {}) {
+  const server = await startServer({ port: 0, dataDir, ...options });
   const u = (p) => `${server.url}${p}`;
   return { server, u, dataDir };
 }
@@ -149,7 +149,7 @@ test("bad requests get a JSON error with a code", async () => {
   }
 });
 
-test("a client disconnect aborts its wait; restarting the server makes cursors stale", async () => {
+test("a client disconnect aborts its wait; a restart keeps cursors, and with keepCursors: false makes them stale", async () => {
   const dataDir = tempDir();
   const first = await setup(dataDir);
   let second = null;
@@ -177,8 +177,13 @@ test("a client disconnect aborts its wait; restarting the server makes cursors s
     assert.equal((await answered.json()).touched, false, "close answered the pending wait");
 
     second = await setup(dataDir);
-    const r = await (await post(second.u, "/v1/stream/todos/touch/wait", { cursor, keyIds: [7], timeoutMs: 1000 })).json();
-    assert.equal(r.stale, true);
+    let r = await (await post(second.u, "/v1/stream/todos/touch/wait", { cursor, keyIds: [7], timeoutMs: 300 })).json();
+    assert.deepEqual([r.stale === true, r.touched, r.cursor], [false, false, cursor], "the cursor is kept across the restart");
+    await second.server.close();
+
+    second = await setup(dataDir, { keepCursors: false });
+    r = await (await post(second.u, "/v1/stream/todos/touch/wait", { cursor, keyIds: [7], timeoutMs: 1000 })).json();
+    assert.equal(r.stale, true, "the reference's behaviour: a new epoch at every start");
   } finally {
     // close() is idempotent: a server the test already closed is not closed twice.
     await first.server.close();

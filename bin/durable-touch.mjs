@@ -2,6 +2,7 @@
 // durable-touch command line.
 //
 //   durable-touch [serve] [--port 8787] [--host 127.0.0.1] [--data ./data] [--workers N]
+//                 [--no-keep-cursors]
 //                 [--nats nats://host:4222 [--nats-prefix durable-touch] [--public-url URL]
 //                  [--nats-max-age-ms 600000] [--nats-max-bytes 268435456]]
 //   durable-touch [serve] --edge --nats nats://host:4222 [--nats-prefix P] [--writer URL]
@@ -42,6 +43,7 @@ if (command === "serve") {
       natsMaxBytes: flag("nats-max-bytes"),
       edge: argv.includes("--edge"),
       writer: flag("writer"),
+      ...(argv.includes("--no-keep-cursors") ? { keepCursors: false } : {}),
     });
   } catch (e) {
     console.error(`durable-touch serve: ${e.message}`);

@@ -112,6 +112,16 @@ const EMPTY_RUNTIME = Object.freeze({
 const WILDCARD_HOSTS = new Set(["0.0.0.0", "::", "[::]", ""]);
 
 /**
+ * Whether journals are kept across restarts: yes, unless DURABLE_TOUCH_KEEP_CURSORS is `0`,
+ * `false` or `no` (then every start is a new epoch and old cursors answer stale, as in the
+ * reference).
+ */
+export function keepCursorsFromEnv(env = process.env) {
+  const v = env.DURABLE_TOUCH_KEEP_CURSORS?.trim().toLowerCase();
+  return !(v === "0" || v === "false" || v === "no");
+}
+
+/**
  * The engine's `fanout` option from the environment (undefined without DURABLE_TOUCH_NATS):
  * a writer on that NATS URL, with DURABLE_TOUCH_NATS_PREFIX, DURABLE_TOUCH_NATS_MAX_AGE_MS,
  * DURABLE_TOUCH_NATS_MAX_BYTES and DURABLE_TOUCH_WRITER_URL, the
@@ -193,6 +203,9 @@ export function createTouchProcessorManager(host = {}) {
         records: metrics,
         // Publishing to edges over NATS JetStream, when the environment asks for it.
         ...(fanout ? { fanout } : {}),
+        // Journals are kept across restarts (`<dbPath>-journals/`) unless the environment
+        // asks for the reference's new epoch at every start.
+        keepCursors: keepCursorsFromEnv(),
       });
       this.recordsTimer = null;
       this.liveMetrics = metrics

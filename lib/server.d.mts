@@ -12,6 +12,11 @@ export interface ServerOptions {
   /** Largest request body in bytes (default 10 MiB). */
   bodyLimit?: number;
   /**
+   * Keep touch journals across restarts, so cursors handed out before one stay valid (default
+   * $KEEP_CURSORS or true; false, "0", "no": a new epoch at every start, as the reference).
+   */
+  keepCursors?: boolean | string;
+  /**
    * `nats://host:port`: the server publishes its touches over NATS JetStream (a writer), or,
    * with `edge`, mirrors the writer publishing there.
    */

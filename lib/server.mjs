@@ -569,7 +569,9 @@ function fanoutOptions(opts) {
 
 /**
  * Starts the server. Options (env fallbacks): dataDir (DATA_DIR, "./data"), port (PORT, 8787),
- * host (HOST, "127.0.0.1"), workers (TOUCH_WORKERS), bodyLimit (10 MiB); the fan-out over NATS
+ * host (HOST, "127.0.0.1"), workers (TOUCH_WORKERS), bodyLimit (10 MiB), keepCursors (KEEP_CURSORS,
+ * true: touch journals are kept across restarts in `<data>/durable-touch.sqlite-journals/`, so
+ * cursors handed out before a restart stay valid; false: a new epoch at every start); the fan-out over NATS
  * JetStream (no env fallbacks): nats (the broker's URL: this server publishes its touches as
  * a writer), natsPrefix ("durable-touch", one per writer), natsMaxAgeMs / natsMaxBytes (a
  * writer's retention of its flushes: 10 minutes, 256 MiB; what an edge started anew can replay),
@@ -584,6 +586,8 @@ export async function startServer(opts = {}) {
   const workersRaw = opts.workers ?? process.env.TOUCH_WORKERS;
   const workers = workersRaw === undefined || workersRaw === "" ? undefined : Number(workersRaw);
   const bodyLimit = opts.bodyLimit ?? 10 * 1024 * 1024;
+  const keepRaw = String(opts.keepCursors ?? process.env.KEEP_CURSORS ?? "true").trim().toLowerCase();
+  const keepCursors = !(keepRaw === "0" || keepRaw === "false" || keepRaw === "no");
   const fo = fanoutOptions(opts);
   const fanout = (role, writerUrl) => ({
     role,
@@ -605,7 +609,7 @@ export async function startServer(opts = {}) {
     } else {
       mkdirSync(dataDir, { recursive: true });
       store = Store.open(join(dataDir, "durable-touch.sqlite"));
-      const options = workers === undefined ? {} : { workers };
+      const options = { ...(workers === undefined ? {} : { workers }), keepCursors };
       engine = new TouchEngine(store, fo ? { ...options, fanout: fanout("writer", writerUrl) } : options);
     }
     handler = createHandler({ store, engine, bodyLimit, edge: fo?.edge ? { writer: fo.writer } : null });

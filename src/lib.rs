@@ -19,6 +19,7 @@
 //! - [`spec`]: touch config and state-protocol profile validation;
 //! - [`processor`]: the touch processor (batches of WAL rows → touches, on a rayon pool);
 //! - [`journal`]: the in-memory touch journal where clients wait on key sets;
+//! - [`durable`]: touch journals kept on disk across restarts (snapshot and flush log);
 //! - [`engine`]: the manager policy, hot interest, templates, waits by stream, stats;
 //! - [`prefetch`]: the cache prefetch hint the journal's hot loops use;
 //! - [`timer`]: the one native timer thread (journal timers, completion-port watchdog);
@@ -26,6 +27,7 @@
 
 pub mod bindings;
 pub mod changes;
+pub mod durable;
 pub mod engine;
 pub mod error;
 pub mod fanout;

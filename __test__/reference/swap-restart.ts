@@ -9,7 +9,8 @@
 // - second: what the server sees at start (meta); two new templates (the rate limit's two
 //   tokens), then the first two again (active ones need no token: `activated`; retired ones
 //   would be `rate_limited`); meta until walScannedThrough reaches the first server's tail
-//   (rows it processed on the way: scanRowsTotal); the first server's cursor (stale); waits
+//   (rows it processed on the way: scanRowsTotal); the first server's cursor (stale, or kept
+//   and touched by the last rows when both servers are swapped); waits
 //   woken by a new append; the stream read back.
 import { output, input } from "./common.ts";
 import { K, append, exit, ok, sleep, startServer, touchStream, type Server } from "./swap-server.ts";
@@ -111,7 +112,7 @@ if (phase === "first") {
     fresh,
     again,
     caughtUp: { walScannedThrough: caughtUp.walScannedThrough, scanRowsTotal: caughtUp.scanRowsTotal, activeTemplates: caughtUp.activeTemplates },
-    stale: { stale: staleReply.stale, code: staleReply.error?.code },
+    stale: { stale: staleReply.stale, code: staleReply.error?.code, touched: staleReply.touched },
     fine,
     coarse,
     tail: { walScannedThrough: tail.walScannedThrough, activeTemplates: tail.activeTemplates },

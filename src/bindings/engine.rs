@@ -61,6 +61,11 @@ pub struct TouchEngineOptions {
     /// `Store.open(":memory:")`) mirrors a writer's journals and serves waits and meta from
     /// them.
     pub fanout: Option<FanoutConfig>,
+    /// Keep every stream's touch journal across restarts, in the folder `<store file>-journals/`
+    /// (default true): a cursor handed out before a restart, a crash included, is answered
+    /// after it as before, not `stale`. False: a new epoch at every open (the reference's
+    /// behaviour). Nothing is kept for an in-memory store or at an edge.
+    pub keep_cursors: Option<bool>,
 }
 
 /// `options.fanout` of `new TouchEngine`.
@@ -270,6 +275,15 @@ pub struct TouchMeta {
     pub compensation_touches_total: f64,
     /// Ours: batches cut short to keep fine touches within the budget.
     pub batches_split_for_budget_total: f64,
+    /// Ours: whether the journal is kept across restarts (its cursors stay valid).
+    pub journal_kept: bool,
+    /// Ours: wall-clock ms when the journal's epoch started (0 when not known, at an edge).
+    pub epoch_started_at_ms: f64,
+    /// Ours: flushes replayed from the kept log when the engine opened.
+    pub replayed_flushes: f64,
+    /// Ours: the oldest generation a cursor may name and be answered precisely (older cursors
+    /// of the epoch answer `stale`).
+    pub floor_generation: f64,
 }
 
 /// The stats collector's window (X1, X3).
@@ -426,6 +440,25 @@ pub struct EngineStats {
     pub top_streams: Vec<TopStreamEntry>,
     pub streams: Vec<StreamRuntimeStats>,
     pub template_lifecycle: LifecycleStats,
+    /// Ours: the journals kept across restarts, as taken up when the engine opened.
+    pub kept_journals: KeptJournalStats,
+}
+
+/// `stats().keptJournals`.
+#[napi(object, object_from_js = false)]
+pub struct KeptJournalStats {
+    /// The folder journals are kept in; absent when they are not (`keepCursors: false`, an
+    /// in-memory store, an edge).
+    pub folder: Option<String>,
+    /// Journals taken up at open (their cursors answered as before the restart).
+    pub kept: f64,
+    /// Kept journals refused at open (damaged, another store's, or left before an OS restart
+    /// without a clean close): those streams started a new epoch.
+    pub refused: f64,
+    /// Flushes replayed from the logs at open (0 after a clean close).
+    pub replayed_flushes: f64,
+    /// Time taken to take them up, in ms.
+    pub restore_ms: f64,
 }
 
 /// Processing, waits, policy and stats over a [`Store`].
@@ -472,6 +505,9 @@ fn parse_options(options: Option<Js>) -> crate::Result<EngineOptions> {
     }
     if let Some(v) = opts.opt("records")? {
         o.records = v.boolean("options.records")?;
+    }
+    if let Some(v) = opts.opt("keepCursors")? {
+        o.keep_cursors = v.boolean("options.keepCursors")?;
     }
     if let Some(f) = opts.opt("fanout")?.filter(|v| !v.is_nullish()) {
         let f = f.object("options.fanout")?;
@@ -625,6 +661,10 @@ fn meta_js(v: TouchMetaView) -> TouchMeta {
         journal_timeout_sweep_ms_total: w.timeout_sweep_ms_sum,
         compensation_touches_total: t.compensation_touches,
         batches_split_for_budget_total: t.batches_split_for_budget,
+        journal_kept: v.kept.kept,
+        epoch_started_at_ms: v.kept.epoch_started_ms as f64,
+        replayed_flushes: v.kept.replayed_flushes as f64,
+        floor_generation: v.kept.floor_generation as f64,
     }
 }
 
@@ -737,6 +777,13 @@ fn stats_js(s: EngineStatsView) -> EngineStats {
             activated: s.lifecycle.activated as f64,
             retired: s.lifecycle.retired as f64,
             evicted: s.lifecycle.evicted as f64,
+        },
+        kept_journals: KeptJournalStats {
+            folder: s.restored.folder.clone(),
+            kept: s.restored.kept as f64,
+            refused: s.restored.refused as f64,
+            replayed_flushes: s.restored.replayed_flushes as f64,
+            restore_ms: s.restored.ms,
         },
     }
 }

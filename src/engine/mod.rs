@@ -15,6 +15,7 @@
 //! - [`records`]: per-batch records, lifecycle events, WAL GC and failures for a host's
 //!   metrics (`EngineOptions::records`);
 //! - [`fanout`]: a writer's flushes and beats for edges, and an edge's mirrors of them;
+//! - [`keep`]: journals taken up at open and kept at close ([`crate::durable`]);
 //! - [`runtime`]: the in-memory state of each stream;
 //! - [`process`]: one processing batch and the loop that schedules them (M1–M18);
 //! - this module: [`TouchEngine`]: opening, profiles, templates and closing.
@@ -26,6 +27,7 @@
 pub mod fanout;
 pub mod hot;
 pub mod interest;
+pub mod keep;
 pub mod policy;
 pub mod process;
 pub mod profile;
@@ -47,6 +49,7 @@ use std::thread::JoinHandle;
 use parking_lot::{Condvar, Mutex};
 use rusqlite::OptionalExtension;
 
+use crate::durable::JournalDir;
 use crate::error::{Error, Result};
 use crate::journal::{wall_ms, Journal};
 use crate::spec::{validate_state_protocol_profile, StateProtocolProfile, TouchConfig};
@@ -83,6 +86,11 @@ pub struct EngineOptions {
     /// Publish flushes to edges over NATS JetStream (a writer), or mirror a writer's (an edge:
     /// open it over a private empty store; it runs no processing loop).
     pub fanout: Option<crate::fanout::FanoutOptions>,
+    /// Keep touch journals across restarts ([`crate::durable`], in `<store file>-journals/`),
+    /// so that every cursor handed out stays valid (default). Off: a new epoch at every open,
+    /// as the reference. Not for an in-memory store, nor at an edge (its journals are mirrors
+    /// of the writer's).
+    pub keep_cursors: bool,
 }
 
 impl Default for EngineOptions {
@@ -98,6 +106,7 @@ impl Default for EngineOptions {
             profile_poll_ms: 0,
             records: false,
             fanout: None,
+            keep_cursors: true,
         }
     }
 }
@@ -170,6 +179,10 @@ pub(crate) struct Inner {
     /// Without the loop: whether the thread answering `meta(settle)` runs.
     settle_poller: AtomicBool,
     pub fanout: Option<Arc<fanout::Fanout>>,
+    /// Where journals are kept across restarts ([`EngineOptions::keep_journals`]).
+    pub kept: Option<JournalDir>,
+    /// What taking the kept journals up did at open.
+    pub restored: keep::RestoreReport,
 }
 
 #[derive(Default)]
@@ -212,6 +225,21 @@ impl TouchEngine {
                 r,
             )
         })?;
+        let is_edge = fanout.as_ref().is_some_and(|f| f.is_edge());
+        let folder = JournalDir::of_store(store.path()).filter(|_| opts.keep_cursors && !is_edge);
+        let kept = match folder {
+            Some(path) => match JournalDir::open(path.clone()) {
+                Ok(dir) => Some(dir),
+                Err(e) => {
+                    eprintln!(
+                        "durable-touch: cannot open the journal folder {} ({e}): cursors will be stale after a restart",
+                        path.display()
+                    );
+                    None
+                }
+            },
+            None => None,
+        };
         let enabled: Vec<(String, StateProtocolProfile)> =
             loaded.iter().filter(|(_, p)| p.enabled_touch().is_some()).cloned().collect();
         if !enabled.is_empty() {
@@ -230,9 +258,13 @@ impl TouchEngine {
         let now = wall_ms();
         let mut streams = HashMap::new();
         for (s, p) in loaded {
-            let rt = new_stream_rt(&fanout, &s, p);
+            let rt = new_stream_rt(&fanout, &kept, &s, p);
             streams.insert(s, rt);
         }
+        let restored = match &kept {
+            Some(dir) => keep::restore_all(&store, dir, &mut streams)?,
+            None => keep::RestoreReport::default(),
+        };
         let records = records::RecordQueue::new(opts.records);
         let inner = Arc::new(Inner {
             store: store.clone(),
@@ -264,6 +296,8 @@ impl TouchEngine {
             ticks: Mutex::new(TickQueue::default()),
             settle_poller: AtomicBool::new(false),
             fanout,
+            kept,
+            restored,
         });
         let weak: Weak<Inner> = Arc::downgrade(&inner);
         store.add_append_hook(Arc::new(move |stream, _out, bytes| {
@@ -274,6 +308,18 @@ impl TouchEngine {
                 inner.notify(stream);
             }
         }));
+        // The fan-out's link exists before the first batch can flush: a writer's edges get
+        // every flush, those replayed from a kept log first (the kill may have kept them from
+        // being published; an edge ignores what it has applied).
+        if let Some(f) = &inner.fanout {
+            if let Err(e) = f.start(&inner) {
+                inner.closed.store(true, Ordering::Release);
+                return Err(e);
+            }
+            if !f.is_edge() {
+                keep::republish(&inner);
+            }
+        }
         if inner.opts.auto_process {
             let loop_inner = inner.clone();
             let handle = std::thread::Builder::new()
@@ -285,13 +331,6 @@ impl TouchEngine {
             let names: Vec<String> = inner.state.lock().streams.keys().cloned().collect();
             for n in names {
                 inner.notify(&n);
-            }
-        }
-        if let Some(f) = &inner.fanout {
-            if let Err(e) = f.start(&inner) {
-                inner.closed.store(true, Ordering::Release);
-                inner.stop_loop();
-                return Err(e);
             }
         }
         Ok(TouchEngine { inner })
@@ -640,14 +679,24 @@ impl TouchEngine {
             if let Some(t) = inner.thread.lock().take() {
                 let _ = t.join();
             }
+            // Pending touches are flushed (and published, and logged) before the journals are
+            // kept and stopped: their rows' checkpoint may be written already.
+            let (journals, settles): (Vec<(Journal, Option<crate::durable::StreamLog>)>, Vec<Settle>) = {
+                let mut st = inner.state.lock();
+                let journals =
+                    st.streams.values_mut().filter_map(|rt| Some((rt.journal.clone()?, rt.kept.take()))).collect();
+                (journals, std::mem::take(&mut st.settles))
+            };
+            for (j, _) in &journals {
+                j.flush();
+            }
             if let Some(f) = &inner.fanout {
                 f.close();
             }
-            let (journals, settles): (Vec<Journal>, Vec<Settle>) = {
-                let mut st = inner.state.lock();
-                (st.streams.values().filter_map(|rt| rt.journal.clone()).collect(), std::mem::take(&mut st.settles))
-            };
-            for j in journals {
+            for (j, kept) in journals {
+                if let Some(kept) = kept {
+                    keep::close(&j, &kept);
+                }
                 j.stop();
             }
             let _ = inner.persist_checkpoints(true);
@@ -664,11 +713,20 @@ impl TouchEngine {
     }
 }
 
-/// A stream's runtime; a writer's publishes its journal's flushes.
-fn new_stream_rt(fanout: &Option<Arc<fanout::Fanout>>, stream: &str, profile: StateProtocolProfile) -> StreamRt {
+/// A stream's runtime; a writer's publishes its journal's flushes, and keeps them when
+/// journals are kept.
+fn new_stream_rt(
+    fanout: &Option<Arc<fanout::Fanout>>,
+    kept: &Option<JournalDir>,
+    stream: &str,
+    profile: StateProtocolProfile,
+) -> StreamRt {
     let mut rt = StreamRt::new(profile);
     if let Some(f) = fanout.as_ref().filter(|f| !f.is_edge()) {
         rt.publish = Some((f.clone(), stream.to_string()));
+    }
+    if let Some(dir) = kept {
+        rt.keep = Some((dir.clone(), stream.to_string()));
     }
     rt
 }
@@ -709,10 +767,11 @@ impl Inner {
                     if let Some(j) = rt.journal.take() {
                         j.stop();
                     }
+                    rt.forget_kept();
                 }
             }
             None => {
-                let mut rt = new_stream_rt(&self.fanout, stream, profile);
+                let mut rt = new_stream_rt(&self.fanout, &self.kept, stream, profile);
                 rt.profile_seq = seq;
                 rt.journal = journal.cloned();
                 st.streams.insert(stream.to_string(), rt);
@@ -803,8 +862,11 @@ impl Inner {
                 None
             }
         };
-        if let Some(journal) = removed.and_then(|rt| rt.journal) {
-            journal.stop();
+        if let Some(mut rt) = removed {
+            rt.forget_kept();
+            if let Some(journal) = rt.journal {
+                journal.stop();
+            }
         }
         let n = name.to_string();
         self.store.write(move |c| profile::delete_touch_state_of_gone(c, &n), Box::new(|_| {}));

@@ -443,7 +443,12 @@ impl Inner {
             return Ok(false);
         };
         let recreated = self.state.lock().streams.get_mut(name).is_some_and(|rt| {
-            rt.adopt_incarnation(row.created_at_ms, row.next_offset, state.map(|s| s.processed_through))
+            let recreated =
+                rt.adopt_incarnation(row.created_at_ms, row.next_offset, state.map(|s| s.processed_through));
+            if let Some(kept) = &rt.kept {
+                kept.set_incarnation(row.created_at_ms);
+            }
+            recreated
         });
         if recreated {
             // The old stream's profile went with it: the new one is processed (from its own
@@ -495,6 +500,13 @@ impl Inner {
             let new_through = first.map(|f| f - 1).unwrap_or(to);
             if let Some(rt) = self.state.lock().streams.get_mut(name) {
                 rt.zero_row_streak += 1;
+                // No row, no touch: the journal covers them as soon as what it holds is flushed.
+                if let Some(j) = &rt.journal {
+                    j.with_state(|s| {
+                        s.note_from(through);
+                        s.note_through(new_through)
+                    });
+                }
             }
             self.set_checkpoint(name, new_through, Some(through));
             return Ok(new_through < to);
@@ -603,12 +615,14 @@ impl Inner {
             .get_mut(name)
             .map(|rt| rt.take_late_templates(processed_through))
             .unwrap_or_default();
-        journal.touch_many(
+        journal.touch_many_through(
             touches
                 .into_iter()
                 .chain(catch_all)
                 .chain(reset_touches)
                 .chain(late_template_touches(&late, processed_through)),
+            through,
+            processed_through,
         );
 
         // Totals (M15), mode, checkpoint.
@@ -770,7 +784,9 @@ impl Inner {
             if previous.is_none_or(|p| through <= p) {
                 return;
             }
-            if now - rt.checkpoint_written_ms < CHECKPOINT_PERSIST_MS {
+            if now - rt.checkpoint_written_ms < CHECKPOINT_PERSIST_MS || rt.kept_covered_through() < through {
+                // Paced, or (journals kept) rows whose touches are not flushed yet: a restart
+                // must process them again, so the stored checkpoint waits for the flush.
                 rt.checkpoint_unwritten = Some(rt.checkpoint_unwritten.map_or(through, |u| u.max(through)));
                 return;
             }
@@ -793,6 +809,17 @@ impl Inner {
                 .iter_mut()
                 .filter_map(|(name, rt)| {
                     let through = rt.checkpoint_unwritten.take()?;
+                    // With journals kept, only as far as the journal's flushes cover; the rest
+                    // waits for a later pass.
+                    let covered = rt.kept_covered_through();
+                    if covered < through {
+                        rt.checkpoint_unwritten = Some(through);
+                        if covered <= rt.checkpoint_capped_at {
+                            return None;
+                        }
+                        rt.checkpoint_capped_at = covered;
+                        return Some((name.clone(), covered, rt.incarnation));
+                    }
                     rt.checkpoint_written_ms = now;
                     Some((name.clone(), through, rt.incarnation))
                 })

@@ -5,8 +5,9 @@ use crate::engine::hot::{HotLimits, HotSnapshot, HotState};
 use crate::engine::policy::{FailureBackoff, FineTokens, LagHysteresis, RestrictedBucket, TouchMode, WalGcPacer};
 use std::sync::Arc;
 
+use crate::durable::{JournalDir, StreamLog};
 use crate::engine::fanout::{Fanout, MirrorInfo};
-use crate::journal::{Journal, JournalConfig, JournalOptions};
+use crate::journal::{wall_ms, Journal, JournalConfig, JournalOptions, JournalState};
 use crate::processor::tuples::TupleMemory;
 use crate::spec::{StateProtocolProfile, TouchConfig};
 
@@ -73,6 +74,17 @@ pub struct StreamRt {
     pub tuples: TupleMemory,
     /// A writer's fan-out and the stream's name: its journal's flushes are published.
     pub(crate) publish: Option<(Arc<Fanout>, String)>,
+    /// Where a new journal of the stream is kept across restarts, and the stream's name.
+    pub(crate) keep: Option<(JournalDir, String)>,
+    /// The journal's kept files ([`crate::durable`]), while they are kept.
+    pub kept: Option<StreamLog>,
+    /// Flushes taken up from the kept log when the engine opened (0 for a new journal).
+    pub replayed_flushes: u64,
+    /// Those flushes, until a writer has published them again ([`crate::engine::keep`]).
+    pub republish: Vec<crate::journal::FlushRecord>,
+    /// The last checkpoint written short of the one reached, because the journal's flushes
+    /// covered no further ([`StreamRt::kept_covered_through`]).
+    pub checkpoint_capped_at: i64,
     /// At an edge: the writer's view of the stream, from its last beat.
     pub mirror: Option<MirrorInfo>,
     /// When the stream was first notified of rows no batch has processed yet (wall ms): an
@@ -120,6 +132,11 @@ impl StreamRt {
             fine_per_row: 0.0,
             tuples: TupleMemory::default(),
             publish: None,
+            keep: None,
+            kept: None,
+            replayed_flushes: 0,
+            republish: Vec::new(),
+            checkpoint_capped_at: -1,
             mirror: None,
             dirty_since_ms: None,
         }
@@ -168,13 +185,45 @@ impl StreamRt {
         let created = self.journal.is_none();
         if created {
             let options = journal_options(cfg);
-            let journal = Journal::new(options);
-            if let Some((fanout, name)) = &self.publish {
-                journal.set_observer(Some(fanout.observer(name, &JournalConfig::from_options(&options))));
+            let config = JournalConfig::from_options(&options);
+            let mut state = JournalState::new(config, crate::journal::Epoch::random());
+            state.set_epoch_started_ms(wall_ms());
+            if let Some((dir, name)) = &self.keep {
+                let log = dir.start(name, self.incarnation, &mut state);
+                state.set_log(Some(Box::new(log.clone())));
+                self.kept = Some(log);
             }
-            self.journal = Some(journal);
+            self.replayed_flushes = 0;
+            self.install(state);
         }
         (self.journal.as_ref().expect("journal"), created)
+    }
+
+    /// Makes `state` the stream's journal, published to edges at a writer.
+    pub fn install(&mut self, state: JournalState) {
+        let config = *state.config();
+        let journal = Journal::from_state(state, None);
+        if let Some((fanout, name)) = &self.publish {
+            journal.set_observer(Some(fanout.observer(name, &config)));
+        }
+        self.journal = Some(journal);
+    }
+
+    /// How far the stored checkpoint may go: with a kept journal, the last row whose touches
+    /// its flushes hold (a restart processes the rows after it again, so none is lost); with
+    /// none, anywhere.
+    pub fn kept_covered_through(&self) -> i64 {
+        match (&self.kept, &self.journal) {
+            (Some(_), Some(j)) => j.read(|s| s.covered_through()),
+            _ => i64::MAX,
+        }
+    }
+
+    /// Forgets the stream's kept journal (its journal is replaced, or the stream is gone).
+    pub fn forget_kept(&mut self) {
+        if let Some(kept) = self.kept.take() {
+            kept.remove();
+        }
     }
 
     /// M19 snapshot (after a sweep that may drop an empty state).

@@ -24,6 +24,31 @@ pub struct TouchMetaView {
     pub processed_through: Option<i64>,
     pub stream_epoch: i64,
     pub runtime: RuntimeView,
+    pub kept: KeptView,
+}
+
+/// How the stream's journal is kept across restarts ([`crate::durable`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct KeptView {
+    /// Whether its flushes are kept (journals are kept, and no write failed).
+    pub kept: bool,
+    /// Wall-clock ms when its epoch started (a restart that kept it does not start one).
+    pub epoch_started_ms: i64,
+    /// Flushes replayed from the kept log when the engine opened.
+    pub replayed_flushes: u64,
+    /// The oldest generation a cursor may name and be answered precisely (older: `stale`).
+    pub floor_generation: u32,
+}
+
+fn kept_view(rt: &StreamRt) -> KeptView {
+    let (epoch_started_ms, floor_generation) =
+        rt.journal.as_ref().map_or((0, 0), |j| j.read(|s| (s.epoch_started_ms(), s.floor_generation())));
+    KeptView {
+        kept: rt.kept.as_ref().is_some_and(|k| k.is_keeping()),
+        epoch_started_ms,
+        replayed_flushes: rt.replayed_flushes,
+        floor_generation,
+    }
 }
 
 /// The hot counts and totals of one stream (M21).
@@ -82,6 +107,8 @@ pub struct EngineStatsView {
     pub streams: Vec<(String, TouchMode, i64, RuntimeView)>,
     pub lifecycle: LifecycleCounts,
     pub store: crate::store::StoreStats,
+    /// What taking the kept journals up did when the engine opened.
+    pub restored: super::keep::RestoreReport,
 }
 
 impl TouchEngine {
@@ -172,6 +199,7 @@ impl TouchEngine {
             streams,
             lifecycle: st.lifecycle,
             store,
+            restored: self.inner.restored.clone(),
         }
     }
 
@@ -275,6 +303,7 @@ impl Inner {
             processed_through: state.map(|_| processed.unwrap_or(-1)),
             stream_epoch: stream_row.epoch,
             runtime,
+            kept: kept_view(rt),
         })
     }
 
@@ -297,6 +326,7 @@ impl Inner {
             processed_through: Some(info.processed_through),
             stream_epoch: info.stream_epoch,
             runtime,
+            kept: kept_view(rt),
         })
     }
 }

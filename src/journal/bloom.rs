@@ -170,6 +170,26 @@ impl GenerationBloom {
         self.min_generation(key_id) > since
     }
 
+    /// A copy of the slots (`None` while unallocated), waiting for an arriving array.
+    pub fn to_vec(&mut self) -> Option<Vec<u32>> {
+        self.arrive(true);
+        match &self.slots {
+            Slots::Dense(slots) => Some(slots.to_vec()),
+            _ => None,
+        }
+    }
+
+    /// Takes up slots saved by [`GenerationBloom::to_vec`]; false (and nothing changes) unless
+    /// they are as many as this filter's.
+    pub fn load(&mut self, slots: Option<Vec<u32>>) -> bool {
+        self.slots = match slots {
+            Some(s) if s.len() == self.slot_count() => Slots::Dense(SlotArray::from_slots(s)),
+            None => Slots::Unallocated,
+            Some(_) => return false,
+        };
+        true
+    }
+
     /// Back to unallocated (a new epoch). An array still arriving is freed when it does.
     pub fn clear(&mut self) {
         self.slots = Slots::Unallocated;

@@ -67,6 +67,11 @@ impl ExactHistory {
         }
     }
 
+    /// The history, oldest first: `(generation, overflow, keys)`.
+    pub fn entries(&self) -> Vec<(u32, bool, Vec<u64>)> {
+        self.entries.iter().map(|e| (e.generation, e.overflow, e.keys.to_vec())).collect()
+    }
+
     pub fn clear(&mut self) {
         self.entries.clear();
         self.keys = 0;

@@ -16,6 +16,7 @@
 //! - [`exact`]: routing keys and the exact history (J10, B15);
 //! - [`waiters`]: the waiter indexes and the deadline heap (J11, J12);
 //! - [`stats`]: counters and flush intervals (J13, J14);
+//! - [`image`]: what a journal keeps across a restart (its image and its flush log);
 //! - [`state`]: the single-threaded state machine tying them together (J8, J9, B28, B29);
 //! - this module: [`Journal`], the thread-safe handle with clocks and timers (on the crate's
 //!   one native timer thread, [`crate::timer`]).
@@ -50,6 +51,7 @@ pub mod config;
 pub mod cursor;
 pub mod exact;
 mod hash;
+pub mod image;
 pub mod mirror;
 mod slots;
 pub mod state;
@@ -67,6 +69,7 @@ use parking_lot::Mutex;
 pub use config::{JournalConfig, JournalOptions};
 pub use cursor::{format_cursor, parse_cursor, Cursor, Epoch};
 pub use exact::{format_routing_key, parse_routing_key};
+pub use image::{FlushLog, JournalImage};
 pub use mirror::{Applied, CaughtUp, FlushObserver, FlushRecord};
 pub use state::{JournalMeta, JournalState, WaitRequest, MAX_JOURNAL_WAIT_KEYS, MAX_WAIT_KEYS, MAX_WAIT_TIMEOUT_MS};
 pub use stats::{IntervalStats, TotalStats, WakeStats};
@@ -210,7 +213,13 @@ impl<W: Waker> Journal<W> {
     }
 
     fn build(options: JournalOptions, handoff: Option<FlushHandoff<W>>) -> Self {
-        let state = JournalState::new(JournalConfig::from_options(&options), Epoch::random());
+        let mut state = JournalState::new(JournalConfig::from_options(&options), Epoch::random());
+        state.set_epoch_started_ms(wall_ms());
+        Self::from_state(state, handoff)
+    }
+
+    /// A journal on `state` (one taken up after a restart, [`JournalState::restore`]).
+    pub fn from_state(state: JournalState<W>, handoff: Option<FlushHandoff<W>>) -> Self {
         let core = Core {
             state,
             flush_timer: None,
@@ -325,6 +334,25 @@ impl<W: Waker> Journal<W> {
         };
         deliver(out);
         flushed
+    }
+
+    /// Many touches under one lock, for the source rows after `from` up to `through`, which
+    /// they cover ([`JournalState::note_from`], [`JournalState::note_through`]): how the engine
+    /// feeds a processed batch.
+    pub fn touch_many_through(&self, touches: impl IntoIterator<Item = Touch>, from: i64, through: i64) {
+        self.touching(|state, now| {
+            state.note_from(from);
+            for t in touches {
+                state.touch(t.key_id, t.source_offset, t.routing_key, now);
+            }
+            state.note_through(through);
+        });
+    }
+
+    /// Runs `f` on the locked state, for what the read-only views cannot do (its image, its
+    /// log); the timers are not touched.
+    pub fn with_state<R>(&self, f: impl FnOnce(&mut JournalState<W>) -> R) -> R {
+        f(&mut self.inner.core.lock().state)
     }
 
     /// Sets (or removes) the observer told of each flush ([`mirror`]).

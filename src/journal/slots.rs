@@ -37,6 +37,11 @@ impl SlotArray {
         }
         SlotArray { storage: Storage::Heap(vec![0u32; len].into_boxed_slice()) }
     }
+
+    /// The slots given (a journal taken up after a restart).
+    pub fn from_slots(slots: Vec<u32>) -> SlotArray {
+        SlotArray { storage: Storage::Heap(slots.into_boxed_slice()) }
+    }
 }
 
 /// An array being zeroed on the background thread.

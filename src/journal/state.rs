@@ -14,6 +14,7 @@ use super::bucket::{FlushedBucket, PendingBucket};
 use super::config::JournalConfig;
 use super::cursor::{format_cursor, Epoch};
 use super::exact::ExactHistory;
+use super::image::{FlushLog, JournalImage};
 use super::mirror::{Applied, CaughtUp, FlushObserver, FlushRecord};
 use super::stats::{IntervalStats, JournalStats, TotalStats};
 use super::waiters::{KeyIds, Resolve, Settlement, WaiterId, WaiterRegistry, WaiterSpec, Waker};
@@ -127,6 +128,15 @@ pub struct JournalState<W: Waker = Resolve> {
     floor_generation: u32,
     /// A mirror that applied a record: it follows its writer's epoch.
     following: bool,
+    /// Written before the observer is told of a flush (a journal kept across restarts).
+    log: Option<Box<dyn FlushLog>>,
+    /// The largest `through` noted with the touches in the pending bucket
+    /// ([`JournalState::note_through`]), -1 if none.
+    pending_through: i64,
+    /// Every source row at or below this offset has its touches in a flushed generation.
+    covered_through: i64,
+    /// Wall-clock ms when the epoch started (0: not known; the owner sets it).
+    epoch_started_ms: i64,
 }
 
 /// Deadlines are rounded up to this many nanoseconds (J12).
@@ -164,8 +174,108 @@ impl<W: Waker> JournalState<W> {
             observer: None,
             floor_generation: 0,
             following: false,
+            log: None,
+            pending_through: -1,
+            covered_through: -1,
+            epoch_started_ms: 0,
             cfg,
         }
+    }
+
+    /// A journal taken up from `image` (what [`JournalState::image`] saved before a restart):
+    /// the same epoch, generation, bloom and exact history, so every cursor handed out before
+    /// means the same thing. No waiter, nothing pending. `None` when the image's filter is not
+    /// of `cfg`'s size.
+    pub fn restore(cfg: JournalConfig, image: JournalImage) -> Option<Self> {
+        let mut s = JournalState::new(cfg, image.epoch);
+        s.generation = image.generation;
+        s.floor_generation = image.floor_generation.min(image.generation);
+        s.last_overflow_generation = image.last_overflow_generation;
+        s.overflow_buckets = image.overflow_buckets;
+        s.last_flushed_source_offset = image.last_flushed_source_offset;
+        s.last_flush_at_ms = image.last_flush_at_ms;
+        s.last_bucket_start_ms = image.last_bucket_start_ms;
+        s.covered_through = image.covered_through;
+        s.epoch_started_ms = image.epoch_started_ms;
+        if !s.bloom.load(image.slots) {
+            return None;
+        }
+        for (generation, overflow, keys) in image.exact {
+            s.exact.push(generation, keys, overflow);
+        }
+        // Records that follow the image are applied as the next generations of its epoch.
+        s.following = true;
+        Some(s)
+    }
+
+    /// What [`JournalState::restore`] needs to answer as this journal does. Pending touches
+    /// are not part of it (flush first).
+    pub fn image(&mut self) -> JournalImage {
+        JournalImage {
+            epoch: self.epoch,
+            generation: self.generation,
+            floor_generation: self.floor_generation,
+            last_overflow_generation: self.last_overflow_generation,
+            overflow_buckets: self.overflow_buckets,
+            last_flushed_source_offset: self.last_flushed_source_offset,
+            last_flush_at_ms: self.last_flush_at_ms,
+            last_bucket_start_ms: self.last_bucket_start_ms,
+            covered_through: self.covered_through,
+            epoch_started_ms: self.epoch_started_ms,
+            slots: self.bloom.to_vec(),
+            exact: self.exact.entries(),
+        }
+    }
+
+    /// Sets (or removes) the log written before each flush becomes visible.
+    pub fn set_log(&mut self, log: Option<Box<dyn FlushLog>>) {
+        self.log = log;
+    }
+
+    pub fn has_log(&self) -> bool {
+        self.log.is_some()
+    }
+
+    /// Takes the log out (to write a snapshot beside it, or to close it).
+    pub fn take_log(&mut self) -> Option<Box<dyn FlushLog>> {
+        self.log.take()
+    }
+
+    /// Notes that every source row at or below `through` has its touches in this journal:
+    /// pending ones are covered once they are flushed, and with nothing pending they are now.
+    pub fn note_through(&mut self, through: i64) {
+        if self.bucket.has_touches() {
+            self.pending_through = self.pending_through.max(through);
+        } else {
+            self.covered_through = self.covered_through.max(through);
+        }
+    }
+
+    /// A journal that covers nothing yet starts covering at `from`: rows at or below it were
+    /// processed before its first batch (their touches are not this journal's to keep).
+    pub fn note_from(&mut self, from: i64) {
+        if self.covered_through < 0 && self.pending_through < 0 && !self.bucket.has_touches() {
+            self.covered_through = from;
+        }
+    }
+
+    /// Every source row at or below this offset has its touches in a flushed generation.
+    pub fn covered_through(&self) -> i64 {
+        self.covered_through
+    }
+
+    /// Wall-clock ms when the epoch started (0: not known).
+    pub fn epoch_started_ms(&self) -> i64 {
+        self.epoch_started_ms
+    }
+
+    pub fn set_epoch_started_ms(&mut self, ms: i64) {
+        self.epoch_started_ms = ms;
+    }
+
+    /// Forgets the counters (a journal taken up counts from its restart, not its replay).
+    pub fn clear_stats(&mut self) {
+        self.stats = JournalStats::default();
     }
 
     pub fn config(&self) -> &JournalConfig {
@@ -218,7 +328,8 @@ impl<W: Waker> JournalState<W> {
             return false;
         }
         let bucket = self.bucket.take();
-        self.flush_bucket(bucket, now_ms, out);
+        let through = std::mem::replace(&mut self.pending_through, -1);
+        self.flush_bucket(bucket, through, now_ms, out);
         true
     }
 
@@ -228,13 +339,16 @@ impl<W: Waker> JournalState<W> {
     }
 
     /// Flushes `bucket` as the next generation: the bloom, the waking and the history.
-    fn flush_bucket(&mut self, bucket: FlushedBucket, now_ms: i64, out: &mut Vec<Settlement<W>>) {
+    /// `through`: the source offset every row at or below has its touches in this bucket or
+    /// before (-1 if not known).
+    fn flush_bucket(&mut self, bucket: FlushedBucket, through: i64, now_ms: i64, out: &mut Vec<Settlement<W>>) {
         self.bloom.arrive(false);
         // B28: the generation never wraps within an epoch. Past u32::MAX a new epoch starts,
         // every cursor handed out so far becomes stale, and every parked waiter is woken.
         let new_epoch = self.generation == u32::MAX;
         if new_epoch {
             self.start_new_epoch();
+            self.epoch_started_ms = now_ms;
         }
         self.generation += 1;
         let generation = self.generation;
@@ -293,8 +407,9 @@ impl<W: Waker> JournalState<W> {
             }
         }
         self.stats.record_wake(woken, elapsed_ms(started));
-        if let Some(observer) = &self.observer {
-            observer(&FlushRecord {
+        self.covered_through = self.covered_through.max(through);
+        if self.log.is_some() || self.observer.is_some() {
+            let record = FlushRecord {
                 epoch: self.epoch,
                 generation,
                 keys: bucket.keys,
@@ -303,7 +418,22 @@ impl<W: Waker> JournalState<W> {
                 bucket_start_ms,
                 flush_at_ms: now_ms,
                 max_source_offset: bucket.max_source_offset,
-            });
+            };
+            // The log first: what a waiter, a meta reader or an edge learns of this flush is
+            // delivered after this lock is released, so after the record is written.
+            let rebase = self.log.as_mut().is_some_and(|log| log.flushed(&record, self.covered_through));
+            if let Some(observer) = &self.observer {
+                observer(&record);
+            }
+            // J8 step 6 first: the image holds this generation's exact keys.
+            self.exact.push(generation, bucket.exact, bucket.overflow);
+            if rebase {
+                let image = self.image();
+                if let Some(log) = &mut self.log {
+                    log.rebase(&image);
+                }
+            }
+            return;
         }
         // J8 step 6 (done last: waking does not read the history).
         self.exact.push(generation, bucket.exact, bucket.overflow);
@@ -332,7 +462,7 @@ impl<W: Waker> JournalState<W> {
             start_ms: rec.bucket_start_ms,
             max_source_offset: rec.max_source_offset,
         };
-        self.flush_bucket(bucket, rec.flush_at_ms, out);
+        self.flush_bucket(bucket, -1, rec.flush_at_ms, out);
         applied
     }
 
@@ -365,6 +495,7 @@ impl<W: Waker> JournalState<W> {
         self.wake_everyone(generation, out);
         self.following = true;
         self.epoch = epoch;
+        self.epoch_started_ms = 0;
         self.bloom.clear();
         self.exact.clear();
         self.last_overflow_generation = 0;
@@ -485,6 +616,7 @@ impl<W: Waker> JournalState<W> {
     pub fn stop(&mut self, out: &mut Vec<Settlement<W>>) -> usize {
         let n = self.waiters.take_all(out);
         self.bucket.clear();
+        self.pending_through = -1;
         self.exact.clear();
         self.stats.clear_flush_intervals();
         self.last_flushed_source_offset = -1;

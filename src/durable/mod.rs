@@ -1,0 +1,402 @@
+//! Touch journals kept across restarts: the files that let a restarted engine answer every
+//! cursor it handed out before as it would have (no `stale`, no refetch storm).
+//!
+//! Each touch stream's journal has two files in the store's journal folder
+//! (`<store file>-journals/`, named by a hash of the stream's name): a snapshot of the journal
+//! ([`crate::journal::JournalImage`]) and a log of the flushes since. A flush is written to the
+//! log under the journal's lock, before any waiter it wakes is resolved and before a meta
+//! reader or an edge can see it ([`crate::journal::FlushLog`]), with one `write` and no
+//! `fsync`: the page cache keeps it through a crash of the process (`kill -9`), and no client
+//! can hold a cursor that is not in the log. When the log has grown past [`REBASE_BYTES`] the
+//! journal's image becomes the new snapshot and the log starts again; a clean close writes the
+//! final snapshot with an `fsync` and removes the log.
+//!
+//! On open, [`JournalDir::restore`] takes the snapshot up and applies the log's flushes after
+//! it, as a mirror applies its writer's. Anything it cannot vouch for is refused, and that
+//! stream's journal starts anew (its old cursors answer `stale`, as without this module): a
+//! damaged file ([`format::Damage`]), another store's or another stream's, another filter
+//! shape, or files a process left without a clean close before the machine restarted (an
+//! operating-system crash may have lost a tail the clients saw). Nothing else is lost either
+//! way.
+//!
+//! Why files beside the database rather than tables inside it: a flush must be durable before
+//! it is visible, under the journal's lock, at every flush of every stream. A `write` to a file
+//! of our own costs microseconds and takes no lock another writer holds; a row in the store's
+//! file would wait behind the single writer (the host's own appends, in a swapped server) and
+//! its `synchronous=FULL` commit, on the path of every wake.
+
+pub mod format;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::journal::{FlushLog, FlushRecord, JournalConfig, JournalImage, JournalState};
+use format::{Damage, Header};
+
+/// A log this long (bytes) is folded into a new snapshot.
+pub const REBASE_BYTES: u64 = 8 << 20;
+
+/// The kernel's boot id (empty where there is none).
+fn boot_id() -> String {
+    fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+/// The folder of a store's kept journals.
+#[derive(Clone, Debug)]
+pub struct JournalDir {
+    path: PathBuf,
+    boot_id: String,
+    /// A random id of the folder, in every file's header: a file copied in from another
+    /// store's folder is refused.
+    store_id: String,
+}
+
+/// What [`JournalDir::restore`] found for a stream.
+pub enum Restored {
+    /// No kept journal.
+    Nothing,
+    /// A kept journal that could not be taken up; its files are removed.
+    Refused(Damage),
+    /// The journal as it was, with its log open for the flushes to come, and the flushes
+    /// replayed from the log.
+    Kept { state: Box<JournalState>, replayed: Vec<FlushRecord>, log: StreamLog },
+}
+
+impl JournalDir {
+    /// The journal folder of the store at `store_path`; `None` for an in-memory store.
+    pub fn of_store(store_path: &str) -> Option<PathBuf> {
+        if store_path == ":memory:" || store_path.is_empty() || store_path.starts_with("file:") {
+            return None;
+        }
+        Some(PathBuf::from(format!("{store_path}-journals")))
+    }
+
+    /// Opens (creating) the folder.
+    pub fn open(path: PathBuf) -> std::io::Result<JournalDir> {
+        fs::create_dir_all(&path)?;
+        let id_path = path.join("store-id");
+        let store_id = match fs::read_to_string(&id_path) {
+            Ok(s) if s.trim().len() == 16 => s.trim().to_string(),
+            _ => {
+                let id = crate::journal::Epoch::random().to_string();
+                write_synced(&path, &id_path, id.as_bytes())?;
+                id
+            }
+        };
+        Ok(JournalDir { path, boot_id: boot_id(), store_id })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn stem(&self, stream: &str) -> PathBuf {
+        let h = xxhash_rust::xxh3::xxh3_64(stream.as_bytes());
+        self.path.join(format!("{h:016x}"))
+    }
+
+    fn header(&self, stream: &str, incarnation: i64, cfg: &JournalConfig, clean: bool) -> Header {
+        Header {
+            stream: stream.to_string(),
+            incarnation,
+            filter_pow2: cfg.filter_pow2 as u8,
+            k: cfg.k as u8,
+            boot_id: format!("{}/{}", self.store_id, self.boot_id),
+            clean,
+        }
+    }
+
+    /// Takes up the stream's kept journal, if any and sound. `incarnation` is the stream's
+    /// `created_at_ms`; `cfg` the journal config its profile asks for now.
+    pub fn restore(&self, stream: &str, incarnation: i64, cfg: &JournalConfig) -> Restored {
+        let stem = self.stem(stream);
+        let (snap, log) = (stem.with_extension("snap"), stem.with_extension("log"));
+        let snap_bytes = match read(&snap) {
+            Ok(Some(b)) => b,
+            Ok(None) => {
+                let _ = fs::remove_file(&log);
+                return Restored::Nothing;
+            }
+            Err(_) => return self.refuse(stream, Damage::Truncated),
+        };
+        match self.take_up(stream, incarnation, cfg, &snap_bytes, &log) {
+            Ok((state, replayed, mut log_bytes)) => {
+                if replayed.is_empty() {
+                    // Nothing after the snapshot: the next flush starts a log of this boot.
+                    let _ = fs::remove_file(&log);
+                    log_bytes = 0;
+                }
+                let files = LogFiles {
+                    dir: self.clone(),
+                    stream: stream.to_string(),
+                    stem,
+                    header: self.header(stream, incarnation, cfg, false),
+                    log: None,
+                    log_bytes,
+                    broken: false,
+                };
+                Restored::Kept { state: Box::new(state), replayed, log: StreamLog(Arc::new(Mutex::new(files))) }
+            }
+            Err(d) => self.refuse(stream, d),
+        }
+    }
+
+    fn take_up(
+        &self,
+        stream: &str,
+        incarnation: i64,
+        cfg: &JournalConfig,
+        snap: &[u8],
+        log: &Path,
+    ) -> Result<(JournalState, Vec<FlushRecord>, u64), Damage> {
+        let (h, image) = format::decode_snapshot(snap)?;
+        let ours = self.header(stream, incarnation, cfg, h.clean);
+        let (store, boot) = h.boot_id.split_once('/').unwrap_or((&h.boot_id, ""));
+        if h.stream != stream
+            || store != self.store_id
+            || (h.incarnation != -1 && h.incarnation != incarnation)
+            || (h.filter_pow2, h.k) != (ours.filter_pow2, ours.k)
+        {
+            return Err(Damage::Foreign);
+        }
+        let log_bytes = read(log).map_err(|_| Damage::Truncated)?;
+        if !h.clean && boot != self.boot_id {
+            return Err(Damage::Unclean);
+        }
+        let mut state = JournalState::restore(*cfg, image).ok_or(Damage::Foreign)?;
+        let mut replayed = Vec::new();
+        let len = log_bytes.as_ref().map_or(0, |b| b.len() as u64);
+        if let Some(bytes) = log_bytes {
+            let (lh, records) = format::decode_log(&bytes)?;
+            let (lstore, lboot) = lh.boot_id.split_once('/').unwrap_or((&lh.boot_id, ""));
+            if lh.stream != stream || lstore != self.store_id || (lh.filter_pow2, lh.k) != (h.filter_pow2, h.k) {
+                return Err(Damage::Foreign);
+            }
+            let mut out = Vec::new();
+            for (rec, covered) in records {
+                if rec.epoch == state.epoch() && rec.generation <= state.generation() {
+                    continue; // folded into the snapshot already
+                }
+                if lboot != self.boot_id {
+                    return Err(Damage::Unclean);
+                }
+                if rec.epoch == state.epoch() && rec.generation != state.generation() + 1 {
+                    return Err(Damage::Gap);
+                }
+                state.apply_flush(&rec, &mut out);
+                state.note_through(covered);
+                replayed.push(rec);
+            }
+            debug_assert!(out.is_empty(), "a journal taken up has no waiter");
+        }
+        state.clear_stats();
+        Ok((state, replayed, len))
+    }
+
+    fn refuse(&self, stream: &str, d: Damage) -> Restored {
+        self.remove(stream);
+        Restored::Refused(d)
+    }
+
+    /// The log of a new journal: its snapshot (the journal as it starts) is written now, so a
+    /// cursor handed out before the first flush is kept too.
+    pub fn start(&self, stream: &str, incarnation: Option<i64>, state: &mut JournalState) -> StreamLog {
+        let cfg = *state.config();
+        let mut files = LogFiles {
+            dir: self.clone(),
+            stream: stream.to_string(),
+            stem: self.stem(stream),
+            header: self.header(stream, incarnation.unwrap_or(-1), &cfg, false),
+            log: None,
+            log_bytes: 0,
+            broken: false,
+        };
+        files.rebase(&state.image());
+        StreamLog(Arc::new(Mutex::new(files)))
+    }
+
+    /// Removes the kept journals of every stream but `streams` (streams deleted, or whose
+    /// touch was disabled, while no engine ran).
+    pub fn remove_all_but<'a>(&self, streams: impl Iterator<Item = &'a str>) {
+        let keep: std::collections::HashSet<String> = streams
+            .map(|s| self.stem(s).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
+            .collect();
+        let Ok(entries) = fs::read_dir(&self.path) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+            let stem = path.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if matches!(ext, "snap" | "log" | "snap-tmp") && !keep.contains(&stem) {
+                let _ = fs::remove_file(&path);
+            }
+        }
+    }
+
+    /// Removes a stream's kept journal (the stream is gone, or its journal was replaced).
+    pub fn remove(&self, stream: &str) {
+        let stem = self.stem(stream);
+        let _ = fs::remove_file(stem.with_extension("log"));
+        let _ = fs::remove_file(stem.with_extension("snap"));
+    }
+}
+
+/// Reads a whole file; `None` if it does not exist.
+fn read(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    match File::open(path) {
+        Ok(mut f) => {
+            let mut b = Vec::with_capacity(f.metadata().map_or(0, |m| m.len() as usize));
+            f.read_to_end(&mut b)?;
+            Ok(Some(b))
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file renamed over it, synced with its folder.
+fn write_synced(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_data()?;
+    fs::rename(&tmp, path)?;
+    File::open(dir)?.sync_all()
+}
+
+/// A stream's kept journal, as its journal's [`FlushLog`] and for the engine (its clean
+/// close, its removal). Lock order: the journal's lock, then this one.
+#[derive(Clone)]
+pub struct StreamLog(Arc<Mutex<LogFiles>>);
+
+struct LogFiles {
+    dir: JournalDir,
+    stream: String,
+    stem: PathBuf,
+    header: Header,
+    log: Option<File>,
+    log_bytes: u64,
+    /// A write failed: nothing more is written and the files are gone, so a restart starts
+    /// this journal anew rather than take up a log missing a flush a client saw.
+    broken: bool,
+}
+
+impl LogFiles {
+    fn fail(&mut self, what: &str, e: std::io::Error) {
+        if !self.broken {
+            eprintln!(
+                "durable-touch: cannot {what} the kept journal of stream {:?} ({e}); its cursors will be stale after a restart",
+                self.stream
+            );
+        }
+        self.broken = true;
+        self.log = None;
+        self.dir.remove(&self.stream);
+    }
+
+    fn append(&mut self, frame: &[u8]) -> std::io::Result<()> {
+        if self.log.is_none() {
+            let path = self.stem.with_extension("log");
+            let mut f = OpenOptions::new().create(true).append(true).open(&path)?;
+            if f.metadata()?.len() == 0 {
+                let head = format::encode_log_header(&self.header);
+                f.write_all(&head)?;
+                self.log_bytes = head.len() as u64;
+            } else {
+                self.log_bytes = f.metadata()?.len();
+            }
+            self.log = Some(f);
+        }
+        self.log.as_mut().expect("opened above").write_all(frame)?;
+        self.log_bytes += frame.len() as u64;
+        Ok(())
+    }
+
+    /// The image becomes the snapshot, then the log starts again after it (a crash between
+    /// the two leaves records the snapshot holds already, which a restore skips).
+    fn rebase(&mut self, image: &JournalImage) {
+        if self.broken {
+            return;
+        }
+        let snap = self.stem.with_extension("snap");
+        let tmp = self.stem.with_extension("snap-tmp");
+        let bytes = format::encode_snapshot(&self.header, image);
+        let r = fs::write(&tmp, &bytes).and_then(|_| fs::rename(&tmp, &snap)).and_then(|_| {
+            self.log = None;
+            self.log_bytes = 0;
+            match fs::remove_file(self.stem.with_extension("log")) {
+                Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            }
+        });
+        if let Err(e) = r {
+            self.fail("write", e);
+        }
+    }
+}
+
+impl FlushLog for StreamLog {
+    fn flushed(&mut self, record: &FlushRecord, covered_through: i64) -> bool {
+        let mut files = self.0.lock();
+        if files.broken {
+            return false;
+        }
+        if let Err(e) = files.append(&format::encode_frame(record, covered_through)) {
+            files.fail("append to", e);
+            return false;
+        }
+        files.log_bytes >= REBASE_BYTES
+    }
+
+    fn rebase(&mut self, image: &JournalImage) {
+        self.0.lock().rebase(image);
+    }
+}
+
+impl StreamLog {
+    /// The stream's `created_at_ms`, once known (written with the next snapshot).
+    pub fn set_incarnation(&self, incarnation: i64) {
+        self.0.lock().header.incarnation = incarnation;
+    }
+
+    /// A clean close: `image` (taken after a last flush, with the log detached from the
+    /// journal) is written as a synced snapshot marked clean, and the log is removed.
+    pub fn close(&self, image: &JournalImage) {
+        let mut files = self.0.lock();
+        if files.broken {
+            return;
+        }
+        files.header.clean = true;
+        let bytes = format::encode_snapshot(&files.header, image);
+        let snap = files.stem.with_extension("snap");
+        let dir = files.dir.path.clone();
+        let r = write_synced(&dir, &snap, &bytes).and_then(|_| {
+            files.log = None;
+            match fs::remove_file(files.stem.with_extension("log")) {
+                Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            }
+        });
+        if let Err(e) = r {
+            files.fail("close", e);
+        }
+        files.broken = true; // closed: nothing more is written
+    }
+
+    /// Forgets the kept journal: its files go, nothing more is written.
+    pub fn remove(&self) {
+        let mut files = self.0.lock();
+        files.broken = true;
+        files.log = None;
+        let (dir, stream) = (files.dir.clone(), files.stream.clone());
+        dir.remove(&stream);
+    }
+
+    /// Whether it still keeps the journal (no write failed, not closed or removed).
+    pub fn is_keeping(&self) -> bool {
+        !self.0.lock().broken
+    }
+}
