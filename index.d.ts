@@ -464,7 +464,7 @@ export interface HotInterest {
 /** `stats().keptJournals`. */
 export interface KeptJournalStats {
   /**
-   * The folder journals are kept in; null when they are not (`keepCursors: false`, an
+   * The folder journals are kept in; absent when they are not (`keepCursors: false`, an
    * in-memory store, an edge).
    */
   folder?: string

@@ -38,7 +38,7 @@ use crate::journal::{FlushLog, FlushRecord, JournalConfig, JournalImage, Journal
 use format::{Damage, Header};
 
 /// A log this long (bytes) is folded into a new snapshot.
-pub const REBASE_BYTES: u64 = 8 << 20;
+pub const REBASE_BYTES: u64 = 2 << 20;
 
 /// The kernel's boot id (empty where there is none).
 fn boot_id() -> String {
@@ -53,6 +53,9 @@ pub struct JournalDir {
     /// A random id of the folder, in every file's header: a file copied in from another
     /// store's folder is refused.
     store_id: String,
+    /// The folder's `lock` file, locked (`flock`) while an engine keeps journals in it: two
+    /// engines on one store, in one process or two, would write each other's files.
+    lock: Arc<Mutex<Option<File>>>,
 }
 
 /// What [`JournalDir::restore`] found for a stream.
@@ -75,9 +78,18 @@ impl JournalDir {
         Some(PathBuf::from(format!("{store_path}-journals")))
     }
 
-    /// Opens (creating) the folder.
+    /// Opens (creating) the folder and locks it; fails with `WouldBlock` while another engine
+    /// holds it.
     pub fn open(path: PathBuf) -> std::io::Result<JournalDir> {
         fs::create_dir_all(&path)?;
+        let lock = OpenOptions::new().create(true).truncate(false).write(true).open(path.join("lock"))?;
+        lock.try_lock().map_err(|e| match e {
+            fs::TryLockError::WouldBlock => std::io::Error::new(
+                ErrorKind::WouldBlock,
+                "another engine keeps its journals there (two engines on one store)",
+            ),
+            fs::TryLockError::Error(e) => e,
+        })?;
         let id_path = path.join("store-id");
         let store_id = match fs::read_to_string(&id_path) {
             Ok(s) if s.trim().len() == 16 => s.trim().to_string(),
@@ -87,7 +99,12 @@ impl JournalDir {
                 id
             }
         };
-        Ok(JournalDir { path, boot_id: boot_id(), store_id })
+        Ok(JournalDir { path, boot_id: boot_id(), store_id, lock: Arc::new(Mutex::new(Some(lock))) })
+    }
+
+    /// Unlocks the folder (the engine closed): another engine may keep its journals there.
+    pub fn release(&self) {
+        self.lock.lock().take();
     }
 
     pub fn path(&self) -> &Path {

@@ -246,6 +246,22 @@ mod tests {
     }
 
     #[test]
+    fn a_second_engine_on_the_same_store_keeps_nothing_while_the_first_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.sqlite").to_str().unwrap().to_string();
+        let (store, engine) = open(&path, EngineOptions::default());
+        let second = TouchEngine::open(store.clone(), EngineOptions::default()).unwrap();
+        assert_eq!(second.stats().restored.folder, None, "the folder is the first engine's");
+        assert!(engine.stats().restored.folder.is_some());
+        blocking(|r| second.close(r)).unwrap();
+        close(&store, &engine);
+        // Closed: the next engine keeps its journals there again.
+        let (store, engine) = open(&path, EngineOptions::default());
+        assert!(engine.stats().restored.folder.is_some());
+        close(&store, &engine);
+    }
+
+    #[test]
     fn without_keep_cursors_a_restart_is_a_new_epoch_and_damage_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("k.sqlite").to_str().unwrap().to_string();

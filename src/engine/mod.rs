@@ -228,7 +228,7 @@ impl TouchEngine {
         let is_edge = fanout.as_ref().is_some_and(|f| f.is_edge());
         let folder = JournalDir::of_store(store.path()).filter(|_| opts.keep_cursors && !is_edge);
         let kept = match folder {
-            Some(path) => match JournalDir::open(path.clone()) {
+            Some(path) => match open_journal_dir(&path) {
                 Ok(dir) => Some(dir),
                 Err(e) => {
                     eprintln!(
@@ -700,6 +700,9 @@ impl TouchEngine {
                 j.stop();
             }
             let _ = inner.persist_checkpoints(true);
+            if let Some(dir) = &inner.kept {
+                dir.release();
+            }
             for s in settles {
                 (s.reply)(Err(Error::Closed("TouchEngine")));
             }
@@ -712,6 +715,23 @@ impl TouchEngine {
         });
     }
 }
+
+/// Opens the store's journal folder, waiting up to [`JOURNAL_DIR_WAIT`] for an engine closing
+/// (or a handle dropped without close, whose journals' timers still hold it) to let it go.
+fn open_journal_dir(path: &std::path::Path) -> std::io::Result<JournalDir> {
+    let until = std::time::Instant::now() + JOURNAL_DIR_WAIT;
+    loop {
+        match JournalDir::open(path.to_path_buf()) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && std::time::Instant::now() < until => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// How long [`open_journal_dir`] waits for another engine to let the folder go.
+const JOURNAL_DIR_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A stream's runtime; a writer's publishes its journal's flushes, and keeps them when
 /// journals are kept.
