@@ -8,3 +8,6 @@ const server = await startLocalDurableStreamsServer({ name: "serve", hostname: "
 const port = Number(new URL(server.exports.http.url).port);
 const runtime = typeof globalThis.Bun !== "undefined" ? "bun" : "node";
 process.stdout.write(JSON.stringify({ port, runtime, version: process.versions.bun ?? process.versions.node }) + "\n");
+// SIGTERM closes it as `prisma dev` does when it stops (the touch manager stops, its journals
+// are kept); SIGKILL is a crash.
+process.once("SIGTERM", () => server.close().then(() => process.exit(0)));
