@@ -158,9 +158,10 @@ async function killAndRestart(running) {
   assert.equal(meta.walScannedThrough, tail, "the checkpoint reached the tail");
   assert.equal(meta.activeTemplates, 1);
   const behind = rowsInStream - 1n - checkpoint;
-  // It resumed from the checkpoint: it processed the rows behind it, not the stream again.
+  // It resumed where it was: from the last row whose touches its kept journal holds (at most
+  // a batch or two behind the stored checkpoint, or ahead of it), not the stream again.
   assert.ok(checkpoint >= 0n, `the killed server had processed nothing (${acked.size} rows acknowledged)`);
-  assert.ok(meta.scanRowsTotal >= Number(behind) && meta.scanRowsTotal <= Number(behind) + 1000 && meta.scanRowsTotal < Number(rowsInStream),
+  assert.ok(meta.scanRowsTotal <= Number(behind) + 1000 && meta.scanRowsTotal < Number(rowsInStream),
     `processed ${meta.scanRowsTotal} rows after the restart; ${behind} of ${rowsInStream} were after the checkpoint ${checkpoint}`);
 
   // Every cursor handed out before the kill is kept: the first one and each waiter's last one

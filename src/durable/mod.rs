@@ -95,11 +95,18 @@ impl JournalDir {
             Ok(s) if s.trim().len() == 16 => s.trim().to_string(),
             _ => {
                 let id = crate::journal::Epoch::random().to_string();
-                write_synced(&path, &id_path, id.as_bytes())?;
+                write_synced(&id_path, id.as_bytes())?;
+                File::open(&path)?.sync_all()?;
                 id
             }
         };
         Ok(JournalDir { path, boot_id: boot_id(), store_id, lock: Arc::new(Mutex::new(Some(lock))) })
+    }
+
+    /// Makes the renames and removals of clean closes ([`StreamLog::close`]) durable: one
+    /// `fsync` of the folder for all of them.
+    pub fn sync(&self) -> std::io::Result<()> {
+        File::open(&self.path)?.sync_all()
     }
 
     /// Unlocks the folder (the engine closed): another engine may keep its journals there.
@@ -274,14 +281,14 @@ fn read(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file renamed over it, synced with its folder.
-fn write_synced(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes `bytes` to `path` through a temporary file renamed over it, synced; the rename is
+/// durable once the folder is synced too ([`JournalDir::sync`]).
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     let mut f = File::create(&tmp)?;
     f.write_all(bytes)?;
     f.sync_data()?;
-    fs::rename(&tmp, path)?;
-    File::open(dir)?.sync_all()
+    fs::rename(&tmp, path)
 }
 
 /// A stream's kept journal, as its journal's [`FlushLog`] and for the engine (its clean
@@ -380,7 +387,8 @@ impl StreamLog {
     }
 
     /// A clean close: `image` (taken after a last flush, with the log detached from the
-    /// journal) is written as a synced snapshot marked clean, and the log is removed.
+    /// journal) is written as a synced snapshot marked clean, and the log is removed (durable
+    /// once the folder is synced, [`JournalDir::sync`]).
     pub fn close(&self, image: &JournalImage) {
         let mut files = self.0.lock();
         if files.broken {
@@ -389,8 +397,7 @@ impl StreamLog {
         files.header.clean = true;
         let bytes = format::encode_snapshot(&files.header, image);
         let snap = files.stem.with_extension("snap");
-        let dir = files.dir.path.clone();
-        let r = write_synced(&dir, &snap, &bytes).and_then(|_| {
+        let r = write_synced(&snap, &bytes).and_then(|_| {
             files.log = None;
             match fs::remove_file(files.stem.with_extension("log")) {
                 Err(e) if e.kind() != ErrorKind::NotFound => Err(e),

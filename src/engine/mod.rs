@@ -693,10 +693,8 @@ impl TouchEngine {
             if let Some(f) = &inner.fanout {
                 f.close();
             }
-            for (j, kept) in journals {
-                if let Some(kept) = kept {
-                    keep::close(&j, &kept);
-                }
+            keep::close_all(inner.kept.as_ref(), &journals);
+            for (j, _) in journals {
                 j.stop();
             }
             let _ = inner.persist_checkpoints(true);

@@ -666,7 +666,11 @@ impl Inner {
         let limits = hot_limits(cfg);
         let hot = rt.hot_snapshot(&limits, now);
         let has_waiters = hot.has_any_waiters();
-        let recent_interest = has_waiters || hot.has_fine_demand();
+        // A journal kept across a restart: its clients are coming back to wait on the keys
+        // they waited on before, which no wait has made hot yet; fine touches until they are
+        // back keep their wakes precise (template keys would wake every one of them).
+        let fine_demand = hot.has_fine_demand() || now < rt.resume_fine_until_ms;
+        let recent_interest = has_waiters || fine_demand;
         let hot_counts = HotCounts {
             hot_fine_keys: hot.hot_key_count() as u64,
             hot_templates: hot.hot_template_count() as u64,
@@ -699,7 +703,7 @@ impl Inner {
             suppressed_for_lag,
             token_limited,
         };
-        if !hot.has_fine_demand() {
+        if !fine_demand {
             // No fine waiter, and no key or template in its grace: no fine key can be heard
             // now. The batch emits what every later wait from an older cursor hears instead,
             // as a coarsened one does: the template keys of the entities it saw (templated

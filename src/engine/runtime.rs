@@ -80,6 +80,9 @@ pub struct StreamRt {
     pub kept: Option<StreamLog>,
     /// Flushes taken up from the kept log when the engine opened (0 for a new journal).
     pub replayed_flushes: u64,
+    /// Until then (wall ms), batches run fine whatever the hot interest: the journal was kept
+    /// across a restart and its clients are coming back ([`crate::engine::keep`]).
+    pub resume_fine_until_ms: i64,
     /// Those flushes, until a writer has published them again ([`crate::engine::keep`]).
     pub republish: Vec<crate::journal::FlushRecord>,
     /// The last checkpoint written short of the one reached, because the journal's flushes
@@ -135,6 +138,7 @@ impl StreamRt {
             keep: None,
             kept: None,
             replayed_flushes: 0,
+            resume_fine_until_ms: 0,
             republish: Vec::new(),
             checkpoint_capped_at: -1,
             mirror: None,
