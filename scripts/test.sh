@@ -4,6 +4,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 npm run --silent build
 npm run --silent check:js
+# The broker the fan-out tests start, Rust and JS alike: the real nats-server, installed once
+# into the cache (see __test__/support/nats-server.mjs); the Rust tests require it.
+NATS_SERVER_BIN="$(node --input-type=module -e '
+  const { natsServerBinary } = await import("./__test__/support/nats-server.mjs");
+  const r = natsServerBinary();
+  if (!r.bin) { console.error(`nats-server: ${r.reason}`); process.exit(1); }
+  console.log(r.bin);
+')"
+export NATS_SERVER_BIN DT_REQUIRE_NATS=1
 cargo test --quiet
 node --test --test-concurrency=1 __test__/*.spec.mjs
 
