@@ -424,3 +424,64 @@ impl StreamLog {
         !self.0.lock().broken
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::{Epoch, JournalOptions};
+
+    fn cfg() -> JournalConfig {
+        JournalConfig::from_options(&JournalOptions { filter_pow2: 10.0, ..Default::default() })
+    }
+
+    /// A journal of `stream` kept cleanly in `dir`, touched once; returns its epoch.
+    fn keep(dir: &JournalDir, stream: &str) -> Epoch {
+        let mut s = JournalState::new(cfg(), Epoch::random());
+        let log = dir.start(stream, Some(5), &mut s);
+        s.set_log(Some(Box::new(log.clone())));
+        s.touch(7, Some(1), None, 1);
+        s.note_through(1);
+        s.flush(2, &mut Vec::new());
+        s.take_log();
+        log.close(&s.image());
+        s.epoch()
+    }
+
+    #[test]
+    fn a_kept_journal_is_taken_up_by_its_own_store_and_stream_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b) = (JournalDir::open(tmp.path().join("a")).unwrap(), JournalDir::open(tmp.path().join("b")).unwrap());
+        let epoch = keep(&a, "s");
+        match a.restore("s", 5, &cfg()) {
+            Restored::Kept { state, .. } => {
+                assert_eq!((state.epoch(), state.generation(), state.covered_through()), (epoch, 1, 1));
+                assert!(state.maybe_touched_since(7, 0));
+            }
+            _ => panic!("not kept"),
+        }
+        // Another incarnation of the stream (deleted and created again while stopped).
+        keep(&a, "s");
+        assert!(matches!(a.restore("s", 6, &cfg()), Restored::Refused(Damage::Foreign)));
+        // Another store's file copied in, under the name this store would give it.
+        keep(&a, "s");
+        let name = a.stem("s").with_extension("snap");
+        fs::copy(&name, b.stem("s").with_extension("snap")).unwrap();
+        assert!(matches!(b.restore("s", 5, &cfg()), Restored::Refused(Damage::Foreign)));
+        // Another filter shape (`touch.memory` changed while stopped).
+        keep(&a, "s");
+        let other = JournalConfig::from_options(&JournalOptions { filter_pow2: 11.0, ..Default::default() });
+        assert!(matches!(a.restore("s", 5, &other), Restored::Refused(Damage::Foreign)));
+        // Refused files are gone: the next open finds nothing.
+        assert!(matches!(a.restore("s", 5, &cfg()), Restored::Nothing));
+    }
+
+    #[test]
+    fn a_folder_is_kept_by_one_engine_at_a_time() {
+        let tmp = tempfile::tempdir().unwrap();
+        let first = JournalDir::open(tmp.path().join("j")).unwrap();
+        let second = JournalDir::open(tmp.path().join("j")).unwrap_err();
+        assert_eq!(second.kind(), ErrorKind::WouldBlock);
+        first.release();
+        assert!(JournalDir::open(tmp.path().join("j")).is_ok());
+    }
+}
