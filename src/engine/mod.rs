@@ -655,9 +655,14 @@ impl Inner {
 }
 
 /// The template keys of templates activated during a batch, and the catch-all, at the
-/// checkpoint the batch reached (see `TouchEngine::cover_activation`).
+/// checkpoint the batch reached (see `TouchEngine::cover_activation`). A kept journal flushes
+/// them at once: they cover rows its `covered_through` already holds, which a restart does not
+/// process again, so they must be in its log before the activation returns.
 pub(crate) fn touch_late_templates(journal: &Journal, keys: &[u32], through: i64) {
     journal.touch_many(late_template_touches(keys, through));
+    if journal.read(|s| s.has_log()) {
+        journal.flush();
+    }
 }
 
 /// The touches of [`touch_late_templates`]: each key and the catch-all at `through`.
