@@ -523,7 +523,12 @@ impl TouchEngine {
         let ttl = ttl.unwrap_or(cfg.templates.default_inactivity_ttl_ms);
         let inner = self.inner.clone();
         let name = stream.to_string();
-        let (out, active_from) = blocking(|r| {
+        // No batch of the stream runs until the activation has committed (or failed): the rows
+        // processed before it are covered inside its transaction, and every batch after it
+        // reads the new templates.
+        let hold = self.inner.hold_stream(stream);
+        let processed = hold.as_ref().and_then(StreamHold::processed);
+        let (out, _) = blocking(|r| {
             self.inner.store.write(
                 move |conn| {
                     // T5 (B4): a new template covers every row not yet processed, not only rows
@@ -537,9 +542,9 @@ impl TouchEngine {
                         )
                         .optional()?
                         .ok_or_else(|| Error::StreamNotFound { stream: name.clone() })?;
-                    let processed =
+                    let processed_stored =
                         profile::get_touch_state(conn, &name)?.map(|s| s.processed_through + 1).unwrap_or(next);
-                    let active_from = processed.min(next);
+                    let active_from = processed_stored.min(next);
                     let out = inner.registry.activate(
                         conn,
                         &ActivateArgs {
@@ -552,47 +557,67 @@ impl TouchEngine {
                             now_ms: wall_ms(),
                         },
                     )?;
+                    if let Some((journal, through)) = &processed {
+                        cover_activation(journal, *through, &out, active_from);
+                    }
                     Ok((out, active_from))
                 },
                 r,
             )
         })?;
+        drop(hold);
         self.inner.count_lifecycle(&out.lifecycle);
-        self.cover_activation(stream, &out, active_from);
         Ok(out)
     }
+}
 
-    /// A batch that read the stream's templates before an activation committed, but processes
-    /// rows from the new templates' `active_from_source_offset`, emits none of their keys; a
-    /// client that took its cursor before those touches were flushed would miss its changes.
-    /// Such rows get the new templates' keys and the catch-all instead: the rows processed
-    /// already (the checkpoint in memory runs ahead of the stored one `active_from` comes
-    /// from) now, before the activation returns; those of a running batch with that batch's
-    /// own touches, or when it ends (`late_templates`). A template that was active already
-    /// needs none of this.
-    fn cover_activation(&self, stream: &str, out: &ActivateOutcome, active_from: i64) {
-        let keys: Vec<u32> = out
-            .activated
-            .iter()
-            .filter(|a| !a.was_active)
-            .filter_map(|a| crate::keys::template_bits(&a.template_id))
-            .map(|bits| crate::keys::key_id(crate::keys::template_key(bits)))
-            .collect();
-        if keys.is_empty() {
-            return;
+/// A batch processes rows with the templates it read when it began; rows processed before an
+/// activation, from its `active_from_source_offset` on (the checkpoint in memory, `through`,
+/// runs ahead of the stored one that offset comes from), emitted none of the new templates'
+/// keys, and a client that took its cursor before them would miss their changes. They get the
+/// new templates' keys and the catch-all, flushed (and logged, with kept journals) inside the
+/// activation's transaction while the stream is held ([`Inner::hold_stream`]): a crash after
+/// the commit finds them in the journal, and no batch ran between. A template that was active
+/// already needs none of this.
+fn cover_activation(journal: &Journal, through: i64, out: &ActivateOutcome, active_from: i64) {
+    let keys: Vec<u32> = out
+        .activated
+        .iter()
+        .filter(|a| !a.was_active)
+        .filter_map(|a| crate::keys::template_bits(&a.template_id))
+        .map(|bits| crate::keys::key_id(crate::keys::template_key(bits)))
+        .collect();
+    if keys.is_empty() || through < active_from {
+        return;
+    }
+    journal.touch_many(late_template_touches(&keys, through));
+    journal.flush();
+}
+
+/// A stream held by an activation ([`Inner::hold_stream`]): no batch of it starts until this
+/// is dropped, which hands the stream back to the loop.
+pub(crate) struct StreamHold<'a> {
+    inner: &'a Inner,
+    stream: String,
+}
+
+impl StreamHold<'_> {
+    /// The stream's journal and the last row its batches processed, which stay as they are
+    /// while it is held.
+    fn processed(&self) -> Option<(Journal, i64)> {
+        let st = self.inner.state.lock();
+        let rt = st.streams.get(&self.stream)?;
+        Some((rt.journal.clone()?, rt.processed_through?))
+    }
+}
+
+impl Drop for StreamHold<'_> {
+    fn drop(&mut self) {
+        if let Some(rt) = self.inner.state.lock().streams.get_mut(&self.stream) {
+            rt.busy = false;
         }
-        let now = {
-            let mut st = self.inner.state.lock();
-            let Some(rt) = st.streams.get_mut(stream) else { return };
-            if rt.busy {
-                rt.late_templates.extend(keys.iter().map(|&k| (k, active_from)));
-            }
-            match (rt.processed_through, &rt.journal) {
-                (Some(p), Some(j)) if p >= active_from => (j.clone(), p),
-                _ => return,
-            }
-        };
-        touch_late_templates(&now.0, &keys, now.1);
+        // Rows appended meanwhile found the stream held: process them now.
+        self.inner.notify(&self.stream);
     }
 }
 
@@ -606,6 +631,25 @@ impl Drop for TouchEngine {
 }
 
 impl Inner {
+    /// Waits for the stream's running batch to end, then keeps any other from starting until
+    /// the returned hold is dropped; `None` if the stream has no runtime. A batch does not
+    /// start while a hold waits, so a backlog cannot keep an activation waiting.
+    pub(crate) fn hold_stream(&self, stream: &str) -> Option<StreamHold<'_>> {
+        loop {
+            {
+                let mut st = self.state.lock();
+                let rt = st.streams.get_mut(stream)?;
+                if !rt.busy {
+                    rt.busy = true;
+                    rt.hold_wanted = false;
+                    return Some(StreamHold { inner: self, stream: stream.to_string() });
+                }
+                rt.hold_wanted = true;
+            }
+            std::thread::sleep(HOLD_POLL);
+        }
+    }
+
     pub fn notify(&self, stream: &str) {
         if self.closed.load(Ordering::Acquire) {
             return;
@@ -654,18 +698,7 @@ impl Inner {
     }
 }
 
-/// The template keys of templates activated during a batch, and the catch-all, at the
-/// checkpoint the batch reached (see `TouchEngine::cover_activation`). A kept journal flushes
-/// them at once: they cover rows its `covered_through` already holds, which a restart does not
-/// process again, so they must be in its log before the activation returns.
-pub(crate) fn touch_late_templates(journal: &Journal, keys: &[u32], through: i64) {
-    journal.touch_many(late_template_touches(keys, through));
-    if journal.read(|s| s.has_log()) {
-        journal.flush();
-    }
-}
-
-/// The touches of [`touch_late_templates`]: each key and the catch-all at `through`.
+/// The touches of [`cover_activation`]: each key and the catch-all at `through`.
 pub(crate) fn late_template_touches(keys: &[u32], through: i64) -> impl Iterator<Item = crate::journal::Touch> + '_ {
     let touch = move |key_id| crate::journal::Touch { key_id, source_offset: Some(through), routing_key: None };
     keys.iter().copied().chain((!keys.is_empty()).then(catch_all_key_id)).map(touch)
@@ -734,6 +767,9 @@ fn open_journal_dir(path: &std::path::Path) -> std::io::Result<JournalDir> {
 }
 
 /// How long [`open_journal_dir`] waits for another engine to let the folder go.
+/// How often a waiting [`Inner::hold_stream`] looks whether the running batch ended.
+const HOLD_POLL: std::time::Duration = std::time::Duration::from_millis(1);
+
 const JOURNAL_DIR_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A stream's runtime; a writer's publishes its journal's flushes, and keeps them when

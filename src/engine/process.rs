@@ -16,7 +16,7 @@ use crate::engine::hot::hot_limits;
 use crate::engine::policy::{adaptive_coalesce_ms, FineTokens, TouchMode};
 use crate::engine::records::{BatchRecord, HotCounts};
 use crate::engine::wait::catch_all_key_id;
-use crate::engine::{late_template_touches, profile, templates, touch_late_templates, Inner};
+use crate::engine::{profile, templates, Inner};
 use crate::error::{Error, Result};
 use crate::journal::{wall_ms, Touch as JournalTouch};
 use crate::processor::source::{read_active_templates, read_batch_rows};
@@ -312,7 +312,7 @@ impl Inner {
             let mut st = self.state.lock();
             let Some(rt) = st.streams.get_mut(name) else { return Ok(Batch::CaughtUp) };
             let Some(cfg) = rt.touch().cloned() else { return Ok(Batch::CaughtUp) };
-            if rt.busy {
+            if rt.busy || rt.hold_wanted {
                 return Ok(Batch::Busy);
             }
             rt.busy = true;
@@ -401,23 +401,10 @@ impl Inner {
         Ok(report)
     }
 
-    /// The stream is no longer busy; templates activated while its batch ran get their keys
-    /// (see `TouchEngine::cover_activation`).
+    /// The stream is no longer busy.
     pub(crate) fn end_batch(&self, name: &str) {
-        let late = {
-            let mut st = self.state.lock();
-            st.streams.get_mut(name).and_then(|rt| {
-                rt.busy = false;
-                let through = rt.processed_through?;
-                let keys = rt.take_late_templates(through);
-                match (keys.is_empty(), &rt.journal) {
-                    (false, Some(j)) => Some((j.clone(), keys, through)),
-                    _ => None,
-                }
-            })
-        };
-        if let Some((journal, keys, through)) = late {
-            touch_late_templates(&journal, &keys, through);
+        if let Some(rt) = self.state.lock().streams.get_mut(name) {
+            rt.busy = false;
         }
     }
 
@@ -606,21 +593,8 @@ impl Inner {
             }
             compensation += reset_touches.len() as f64;
         }
-        // Templates activated while this batch ran (it read the templates before): their keys
-        // go with the batch's own touches, into the same flush (`TouchEngine::cover_activation`).
-        let late = self
-            .state
-            .lock()
-            .streams
-            .get_mut(name)
-            .map(|rt| rt.take_late_templates(processed_through))
-            .unwrap_or_default();
         journal.touch_many_through(
-            touches
-                .into_iter()
-                .chain(catch_all)
-                .chain(reset_touches)
-                .chain(late_template_touches(&late, processed_through)),
+            touches.into_iter().chain(catch_all).chain(reset_touches),
             through,
             processed_through,
         );

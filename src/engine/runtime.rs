@@ -63,11 +63,9 @@ pub struct StreamRt {
     pub checkpoint_unwritten: Option<i64>,
     /// A batch for this stream is running.
     pub busy: bool,
-    /// Template keys activated while the running batch ran, with their
-    /// `active_from_source_offset`: the batch may have read the templates before the
-    /// activation, so they are touched (with the catch-all) with its own touches, or when it
-    /// ends, if it processed rows they cover ([`StreamRt::take_late_templates`]).
-    pub late_templates: Vec<(u32, i64)>,
+    /// An activation waits to hold the stream ([`crate::engine::Inner::hold_stream`]): no
+    /// new batch starts.
+    pub hold_wanted: bool,
     /// Fine touches per row seen lately, to size batches within the fine budget.
     pub fine_per_row: f64,
     /// The tuples the stream's rows were last seen in (complete mode, B5).
@@ -131,7 +129,7 @@ impl StreamRt {
             checkpoint_written_ms: 0,
             checkpoint_unwritten: None,
             busy: false,
-            late_templates: Vec::new(),
+            hold_wanted: false,
             fine_per_row: 0.0,
             tuples: TupleMemory::default(),
             publish: None,
@@ -144,17 +142,6 @@ impl StreamRt {
             mirror: None,
             dirty_since_ms: None,
         }
-    }
-
-    /// Empties `late_templates`, returning the keys of those whose rows a checkpoint at
-    /// `through` covers; the others cover nothing the running batch processed, and the next
-    /// batch reads the templates anew.
-    pub fn take_late_templates(&mut self, through: i64) -> Vec<u32> {
-        std::mem::take(&mut self.late_templates)
-            .into_iter()
-            .filter(|&(_, active_from)| through >= active_from)
-            .map(|(k, _)| k)
-            .collect()
     }
 
     /// Makes the checkpoint and what is remembered of rows belong to the stream as a batch
@@ -214,11 +201,11 @@ impl StreamRt {
     }
 
     /// How far the stored checkpoint may go: with a kept journal, the last row whose touches
-    /// its flushes hold (a restart processes the rows after it again, so none is lost); with
+    /// its files hold (a restart processes the rows after it again, so none is lost); with
     /// none, anywhere.
     pub fn kept_covered_through(&self) -> i64 {
         match (&self.kept, &self.journal) {
-            (Some(_), Some(j)) => j.read(|s| s.covered_through()),
+            (Some(_), Some(j)) => j.read(|s| s.logged_through()),
             _ => i64::MAX,
         }
     }

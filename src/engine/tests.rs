@@ -110,12 +110,13 @@ fn stale_cursor_close_and_abort() {
 }
 
 #[test]
-fn an_activation_during_a_batch_touches_the_new_template_key_after_it() {
-    // A batch that read the templates before an activation committed emits none of the new
-    // template's keys for the rows it processes from `active_from_source_offset`: their
-    // template key and the catch-all are touched when it ends (or at once, if it ended).
+fn an_activation_holds_the_stream_and_covers_the_rows_processed_before_it() {
+    // A batch processes rows with the templates it read when it began. The rows processed
+    // before an activation, from its `active_from_source_offset` on, get the new template's key
+    // and the catch-all inside the activation, while no batch runs.
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("e.sqlite").to_str().unwrap(), StoreOptions::default()).unwrap();
+    let path = dir.path().join("e.sqlite");
+    let store = Store::open(path.to_str().unwrap(), StoreOptions::default()).unwrap();
     blocking(|r| store.create_stream("s".into(), Some("application/json".into()), None, r)).unwrap();
     let engine = TouchEngine::open(store.clone(), EngineOptions { auto_process: false, ..Default::default() }).unwrap();
     engine.set_profile("s", &parse(r#"{"kind":"state-protocol","touch":{"enabled":true}}"#).unwrap()).unwrap();
@@ -126,63 +127,69 @@ fn an_activation_during_a_batch_touches_the_new_template_key_after_it() {
     let tkey = |out: &ActivateOutcome| {
         key_id(crate::keys::template_key(crate::keys::template_bits(&out.activated[0].template_id).unwrap()))
     };
-    let generation = || engine.inner.state.lock().streams["s"].journal.as_ref().unwrap().read(|s| s.generation());
+    let journal = || engine.inner.state.lock().streams["s"].journal.clone().unwrap();
     let touched_since = |g: u32, key: u32| {
-        let j = engine.inner.state.lock().streams["s"].journal.clone().unwrap();
+        let j = journal();
         j.flush();
         j.maybe_touched_since_any(&[key], g) && j.maybe_touched_since_any(&[catch_all_key_id()], g)
     };
-
-    // A batch is running (on an empty stream: the checkpoint is before offset 0): the keys
-    // wait for its end.
     engine.cursor("s").unwrap();
-    {
-        let mut st = engine.inner.state.lock();
-        let rt = st.streams.get_mut("s").unwrap();
-        (rt.busy, rt.processed_through) = (true, Some(-1));
-    }
-    let g0 = generation();
-    let (a, _) = engine.activate_templates("s", &[decl("status")], None).unwrap();
-    assert_eq!(engine.inner.state.lock().streams["s"].late_templates, [(tkey(&a), 0)]);
-    // A batch that processed nothing the template covers needs nothing.
-    engine.inner.end_batch("s");
-    assert!(!touched_since(g0, tkey(&a)));
-    engine.inner.state.lock().streams.get_mut("s").unwrap().busy = true;
-    let (c, _) = engine.activate_templates("s", &[decl("title")], None).unwrap();
-    engine.inner.state.lock().streams.get_mut("s").unwrap().processed_through = Some(5);
-    assert!(!touched_since(g0, tkey(&c)), "nothing before the batch ends");
-    engine.inner.end_batch("s");
-    assert!(!engine.inner.state.lock().streams["s"].busy);
-    assert!(touched_since(g0, tkey(&c)));
+    let set_processed = |p: i64| engine.inner.state.lock().streams.get_mut("s").unwrap().processed_through = Some(p);
 
-    // No batch running, but the checkpoint passed the rows the template covers: at once.
-    let g1 = generation();
+    // A batch is running: the activation waits for it to end, and no new batch starts meanwhile.
+    set_processed(-1);
+    engine.inner.state.lock().streams.get_mut("s").unwrap().busy = true;
+    std::thread::scope(|scope| {
+        let activation = scope.spawn(|| engine.activate_templates("s", &[decl("status")], None).unwrap());
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(!activation.is_finished(), "the activation waits for the running batch");
+        assert!(engine.inner.state.lock().streams["s"].hold_wanted, "and keeps new batches out");
+        engine.inner.end_batch("s");
+        let (a, _) = activation.join().unwrap();
+        // Nothing was processed from its `active_from`: nothing to cover.
+        assert!(!touched_since(0, tkey(&a)));
+    });
+    assert!(!engine.inner.state.lock().streams["s"].busy, "the stream is handed back");
+
+    // The checkpoint in memory passed rows the template covers: covered before it returns.
+    set_processed(5);
+    let g1 = journal().read(|s| s.generation());
     let (b, _) = engine.activate_templates("s", &[decl("tenant")], None).unwrap();
+    assert!(journal().read(|s| s.generation()) > g1, "flushed before the activation returned");
     assert!(touched_since(g1, tkey(&b)));
 
-    // A batch running, after another processed covered rows with the old templates (the
-    // checkpoint in memory runs ahead of the stored one the activation reads): those rows at
-    // once, before the activation returns; the running batch's with its own touches.
-    let g2 = generation();
-    engine.inner.state.lock().streams.get_mut("s").unwrap().busy = true;
-    let (d, _) = engine.activate_templates("s", &[decl("rank")], None).unwrap();
-    assert!(touched_since(g2, tkey(&d)), "before the activation returned");
-    assert_eq!(engine.inner.state.lock().streams["s"].late_templates, [(tkey(&d), 0)]);
-    engine.inner.end_batch("s");
+    // Inside its transaction: a reader that sees the template active sees the cover flushed.
+    let reader = rusqlite::Connection::open(&path).unwrap();
+    let active = || -> i64 {
+        reader
+            .query_row("SELECT COUNT(*) FROM live_templates WHERE stream='s' AND state='active'", [], |r| r.get(0))
+            .unwrap()
+    };
+    for (round, field) in ["a", "b", "c", "d", "e", "f", "g", "h"].iter().enumerate() {
+        let (before, g) = (active(), journal().read(|s| s.generation()));
+        std::thread::scope(|scope| {
+            let activation = scope.spawn(|| engine.activate_templates("s", &[decl(field)], None).unwrap());
+            loop {
+                if active() > before {
+                    let now = journal().read(|s| s.generation());
+                    assert!(now > g, "round {round}: the template was visible before its cover was flushed");
+                    break;
+                }
+                assert!(!activation.is_finished() || active() > before, "round {round}: never committed");
+            }
+        });
+    }
 
     // Activating a template that is active already (a client's heartbeat) only refreshes it:
     // every batch since its activation emitted its keys, so nothing is touched (its template
     // key and the catch-all would wake every waiter of the template).
-    let j = engine.inner.state.lock().streams["s"].journal.clone().unwrap();
+    let j = journal();
     j.flush();
-    let g3 = generation();
-    engine.inner.state.lock().streams.get_mut("s").unwrap().busy = true;
-    let (again, _) = engine.activate_templates("s", &[decl("rank")], None).unwrap();
-    assert_eq!(tkey(&again), tkey(&d));
-    assert!(engine.inner.state.lock().streams["s"].late_templates.is_empty());
-    engine.inner.end_batch("s");
+    let g3 = j.read(|s| s.generation());
+    let (again, _) = engine.activate_templates("s", &[decl("tenant")], None).unwrap();
+    assert_eq!(tkey(&again), tkey(&b));
     j.flush();
-    assert!(!j.maybe_touched_since_any(&[tkey(&d)], g3) && !j.maybe_touched_since_any(&[catch_all_key_id()], g3));
+    assert!(!j.maybe_touched_since_any(&[tkey(&b)], g3) && !j.maybe_touched_since_any(&[catch_all_key_id()], g3));
     blocking(|r| engine.close(r)).unwrap();
 }
 

@@ -135,6 +135,9 @@ pub struct JournalState<W: Waker = Resolve> {
     pending_through: i64,
     /// Every source row at or below this offset has its touches in a flushed generation.
     covered_through: i64,
+    /// `covered_through` as the log last wrote it (a row with no touch moves `covered_through`
+    /// without a write).
+    logged_through: i64,
     /// Wall-clock ms when the epoch started (0: not known; the owner sets it).
     epoch_started_ms: i64,
 }
@@ -177,6 +180,7 @@ impl<W: Waker> JournalState<W> {
             log: None,
             pending_through: -1,
             covered_through: -1,
+            logged_through: -1,
             epoch_started_ms: 0,
             cfg,
         }
@@ -228,8 +232,11 @@ impl<W: Waker> JournalState<W> {
     }
 
     /// Sets (or removes) the log written before each flush becomes visible.
+    /// The files behind a log hold the journal as it is now (a snapshot was written, or the
+    /// log was replayed).
     pub fn set_log(&mut self, log: Option<Box<dyn FlushLog>>) {
         self.log = log;
+        self.logged_through = self.covered_through;
     }
 
     pub fn has_log(&self) -> bool {
@@ -262,6 +269,16 @@ impl<W: Waker> JournalState<W> {
     /// Every source row at or below this offset has its touches in a flushed generation.
     pub fn covered_through(&self) -> i64 {
         self.covered_through
+    }
+
+    /// How far a restart after a crash finds the journal covering: `covered_through` as of
+    /// the last record its log wrote; with no log, `covered_through`.
+    pub fn logged_through(&self) -> i64 {
+        if self.log.is_some() {
+            self.logged_through
+        } else {
+            self.covered_through
+        }
     }
 
     /// Wall-clock ms when the epoch started (0: not known).
@@ -422,6 +439,7 @@ impl<W: Waker> JournalState<W> {
             // The log first: what a waiter, a meta reader or an edge learns of this flush is
             // delivered after this lock is released, so after the record is written.
             let rebase = self.log.as_mut().is_some_and(|log| log.flushed(&record, self.covered_through));
+            self.logged_through = self.covered_through;
             if let Some(observer) = &self.observer {
                 observer(&record);
             }
