@@ -437,6 +437,8 @@ export interface FanoutStats {
   gaps: number
   adopted: number
   badMessages: number
+  /** Beats sent (writer) or taken (edge). */
+  beats: number
   /**
    * Writer: another writer (the elder) holds the fan-out's prefix; this one publishes
    * nothing until that one is gone, then publishes as a restarted writer would.

@@ -52,8 +52,8 @@ const edgeMeta = (base, stream) =>
   eventually(`${stream} known at the edge ${base}`, async () => {
     const r = await call(base, `/v1/stream/${stream}/touch/meta`);
     if (r.status === 200) return r.body;
-    assert.equal(r.status, 404, JSON.stringify(r.body));
-    assert.equal(r.body.error.code, "ERR_STREAM_NOT_FOUND");
+    assert.ok(r.status === 307 || r.status === 503, JSON.stringify(r.body));
+    assert.equal(r.body.error.code, "ERR_EDGE_READ_ONLY");
     return undefined;
   });
 
@@ -71,6 +71,15 @@ function assertRedirect(r, writer, path, what) {
   assert.equal(r.body.error.code, "ERR_EDGE_READ_ONLY", what);
   assert.equal(r.body.error.writer, writer, what);
   assert.match(r.body.error.message, /waits and meta only/, what);
+}
+
+/** Asserts the edge's answer for a stream it has not heard of: 307 to the writer. */
+function assertUnheard(r, writer, path, stream) {
+  assert.equal(r.status, 307, `${path}: ${JSON.stringify(r.body)}`);
+  assert.equal(r.headers.get("location"), writer + path, path);
+  assert.equal(r.body.error.code, "ERR_EDGE_READ_ONLY", path);
+  assert.equal(r.body.error.writer, writer, path);
+  assert.ok(r.body.error.message.includes(`has not heard of stream "${stream}"`), r.body.error.message);
 }
 
 /** Starts `node bin/durable-touch.mjs serve …args` (bun under bun); resolves { url, child }. */
@@ -107,13 +116,20 @@ test("our writer and edges over NATS: meta and waits at the edge are the writer'
     const named = writer.url.replace("127.0.0.1", "localhost");
     edgeCli = await cli(["--port", "0", "--edge", "--nats", broker.url, "--nats-prefix", "srv", "--writer", named]);
 
-    // A stream the edge never heard of.
-    let r = await call(edge.url, "/v1/stream/nope/touch/meta");
-    assert.equal(r.status, 404);
-    assert.equal(r.body.error.code, "ERR_STREAM_NOT_FOUND");
-    r = await call(edge.url, "/v1/stream/nope/touch/wait", { method: "POST", json: { cursor: "now", keyIds: [TABLE], timeoutMs: 100 } });
-    assert.equal(r.status, 404);
-    assert.equal(r.body.error.code, "ERR_STREAM_NOT_FOUND");
+    // A stream the edge never heard of: the writer answers (a 404 from the edge would tell a
+    // client there is no such stream).
+    await eventually("the writer's URL heard at the edge", async () => ((await call(edge.url, "/v1/stats")).body.fanout.writerUrl ? true : undefined));
+    let r;
+    for (const [path, method, json] of [
+      ["/v1/stream/nope/touch/meta", "GET"],
+      ["/v1/stream/nope/touch/wait", "POST", { cursor: "now", keyIds: [TABLE], timeoutMs: 100 }],
+    ]) {
+      r = await call(edge.url, path, { method, json });
+      assertUnheard(r, writer.url, path, "nope");
+      r = await call(edge.url, path, { method, json, redirect: "follow" });
+      assert.equal(r.status, 404, `${path} at the writer`);
+      assert.equal(r.body.error.code, "ERR_STREAM_NOT_FOUND");
+    }
 
     assert.equal((await call(writer.url, "/v1/stream/todos", { method: "PUT" })).status, 201);
     assert.equal((await call(writer.url, "/v1/stream/todos/_profile", { method: "POST", json: PROFILE })).status, 200);
@@ -204,6 +220,82 @@ test("our writer and edges over NATS: meta and waits at the edge are the writer'
     await broker.stop();
   }
 }, { timeout: 120_000 });
+
+/** A client's wait at an edge: a 307 is followed (as fetch does), counted in `redirected`. */
+async function clientWait(edgeUrl, stream, body, redirected) {
+  const path = `/v1/stream/${stream}/touch/wait`;
+  const r = await call(edgeUrl, path, { method: "POST", json: body });
+  if (r.status !== 307) return r;
+  redirected.n += 1;
+  return call(r.headers.get("location").replace(path, ""), path, { method: "POST", json: body });
+}
+
+test("a client driving a writer and an edge over HTTP, as clients do: no 404 for a new stream, and a fine wait right after an activation is planned fine", async () => {
+  const broker = await startNats({ bin: nats.bin, storeDir: join(tempDir("dt-fo-srv-"), "js") });
+  const running = [];
+  try {
+    const writer = await startServer({ port: 0, dataDir: tempDir(), nats: broker.url, natsPrefix: "cli" });
+    running.push(writer);
+    const edge = await startServer({ port: 0, nats: broker.url, natsPrefix: "cli", edge: true });
+    running.push(edge);
+
+    // New streams, each waited on at the edge the moment the writer's cursor is in hand: never
+    // a 404, and every wait is woken by the append that follows, wherever it was parked.
+    const redirected = { n: 0 };
+    const rounds = 20;
+    for (let i = 0; i < rounds; i++) {
+      const stream = `fresh-${i}`;
+      assert.equal((await call(writer.url, `/v1/stream/${stream}`, { method: "PUT" })).status, 201);
+      assert.equal((await call(writer.url, `/v1/stream/${stream}/_profile`, { method: "POST", json: PROFILE })).status, 200);
+      const cursor = (await call(writer.url, `/v1/stream/${stream}/touch/meta`)).body.cursor;
+      const waiting = clientWait(edge.url, stream, { cursor, keyIds: [TABLE], interestMode: "coarse", timeoutMs: 30_000 }, redirected);
+      // The append comes once the wait is parked somewhere (the writer counts the edge's waits).
+      await eventually(`round ${i}: the wait parked`, async () => ((await call(writer.url, `/v1/stream/${stream}/touch/meta`)).body.coarseWaitersActive >= 1 ? true : undefined));
+      assert.equal((await call(writer.url, `/v1/stream/${stream}`, { method: "POST", json: [insert(i, "t1")] })).status, 204);
+      const w = await waiting;
+      assert.equal(w.status, 200, `round ${i}: ${JSON.stringify(w.body)}`);
+      assert.equal(w.body.touched, true, `round ${i}: ${JSON.stringify(w.body)}`);
+      assert.notEqual(w.body.stale, true, `round ${i}`);
+    }
+    console.log(`  ${rounds} new streams waited on at the edge at once: ${rounds - redirected.n} parked at the edge, ${redirected.n} sent to the writer, 0 404s`);
+
+    // Activations at the writer, each followed 50 ms later by a fine wait at the edge and a
+    // control wait on another tuple of the same template: the edge knows the template (the
+    // writer published it as the activation returned), so the wait is planned fine, is woken
+    // by its own tuple's key, and the control stays quiet.
+    assert.equal((await call(writer.url, "/v1/stream/todos", { method: "PUT" })).status, 201);
+    assert.equal((await call(writer.url, "/v1/stream/todos/_profile", { method: "POST", json: PROFILE })).status, 200);
+    const fields = ["tenantId", "ownerId", "listId"];
+    for (const [i, field] of fields.entries()) {
+      const template = { entity: "public.todos", fields: [{ name: field, encoding: "string" }] };
+      const r = await call(writer.url, "/v1/stream/todos/touch/templates/activate", { method: "POST", json: { templates: [template] } });
+      assert.equal(r.status, 200);
+      const tpl = r.body.activated[0].templateId;
+      const cursor = (await call(writer.url, "/v1/stream/todos/touch/meta")).body.cursor;
+      await sleep(50);
+      const wait = (value, timeoutMs) =>
+        call(edge.url, "/v1/stream/todos/touch/wait", { method: "POST", json: { cursor, keys: [keys.watchKey(tpl, [value])], templateIdsUsed: [tpl], timeoutMs } });
+      const fine = wait(`v${i}`, 30_000);
+      const control = wait(`other${i}`, 2_000);
+      await eventually(`activation ${i}: the edge's fine waits at the writer`, async () => {
+        const m = (await call(writer.url, "/v1/stream/todos/touch/meta")).body;
+        return m.fineWaitersActive >= 2 ? m : undefined;
+      });
+      const row = { type: "public.todos", key: `r${i}`, value: { id: `r${i}`, [field]: `v${i}` }, headers: { operation: "insert" } };
+      assert.equal((await call(writer.url, "/v1/stream/todos", { method: "POST", json: [row] })).status, 204);
+      const f = await fine;
+      assert.equal(f.status, 200, JSON.stringify(f.body));
+      assert.equal(f.body.touched, true, `activation ${i}: ${JSON.stringify(f.body)}`);
+      assert.equal(f.body.effectiveWaitKind, "fineKey", `activation ${i}: planned ${f.body.effectiveWaitKind} at the edge`);
+      const c = await control;
+      assert.equal(c.status, 200);
+      assert.equal(c.body.touched, false, `activation ${i}: the control was woken: ${JSON.stringify(c.body)}`);
+    }
+  } finally {
+    for (const s of running.reverse()) await s.close();
+    await broker.stop();
+  }
+}, { timeout: 180_000 });
 
 /** A wait at `base` answered at once (timeoutMs 0): { touched, stale, cursor }. */
 async function probe(base, stream, cursor, keyIds) {
@@ -354,7 +446,11 @@ test("an edge that has heard no writer answers 503 ERR_EDGE_READ_ONLY; a server 
     assert.equal(r.body.error.code, "ERR_EDGE_READ_ONLY");
     assert.equal(r.body.error.writer, null);
     assert.equal(r.headers.get("location"), null);
-    assert.equal((await call(edge.url, "/v1/stream/todos/touch/meta")).status, 404);
+    // A stream it has not heard of: not a 404 (it cannot know), the same 503.
+    const m = await call(edge.url, "/v1/stream/todos/touch/meta");
+    assert.equal(m.status, 503);
+    assert.equal(m.body.error.code, "ERR_EDGE_READ_ONLY");
+    assert.match(m.body.error.message, /has not heard of stream "todos"/);
 
     plain = await startServer({ port: 0, dataDir: tempDir() });
     assert.equal(plain.role, null);

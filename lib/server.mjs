@@ -68,13 +68,14 @@ const json = (status, body, headers = {}) =>
  * request there), or 503 while the writer's URL is unknown. Both carry ERR_EDGE_READ_ONLY and
  * `writer` (null when unknown).
  */
-function readOnly(url, writer) {
+function readOnly(url, writer, unheard = null) {
+  const why = unheard === null ? "this edge serves touch waits and meta only" : `this edge has not heard of stream ${JSON.stringify(unheard)} from its writer yet`;
   if (!writer) {
-    const message = "this edge serves touch waits and meta only, and does not know the writer's URL yet (no beat from it heard, no --writer given)";
+    const message = `${why}, and does not know the writer's URL yet (no beat from it heard, no --writer given)`;
     return json(503, { error: { code: "ERR_EDGE_READ_ONLY", message, writer: null } });
   }
   const base = writer.replace(/\/+$/, "");
-  const message = `this edge serves touch waits and meta only; send this to the writer at ${base}`;
+  const message = `${why}; send this to the writer at ${base}`;
   return json(307, { error: { code: "ERR_EDGE_READ_ONLY", message, writer: base } }, { location: `${base}${url.pathname}${url.search}` });
 }
 
@@ -203,6 +204,16 @@ function validHost(host) {
   return host == null || host === "" || HOST.test(host);
 }
 
+/**
+ * What an edge's engine answers for a stream no beat of the writer has named yet (just created
+ * there, or the edge just started): not a 404, which a client reads as "no such stream", but a
+ * 307 to the writer, which knows.
+ */
+const UNHEARD = new Set(["ERR_STREAM_NOT_FOUND", "ERR_TOUCH_NOT_ENABLED"]);
+
+/** How long a starting edge waits for its writer's first beat before it listens. */
+const EDGE_FIRST_BEAT_MS = 2_000;
+
 /** Methods the Fetch API refuses to carry (a Request cannot be made with them). */
 const FORBIDDEN_METHODS = new Set(["CONNECT", "TRACE", "TRACK"]);
 
@@ -281,6 +292,7 @@ export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024, edg
         return json(200, r);
       } catch (e) {
         if (e?.code === "ERR_ABORTED") return new Response(null, { status: 204 });
+        if (edge && UNHEARD.has(e?.code)) return readOnly(url, writerOf(null), name);
         throw e;
       }
     }
@@ -291,8 +303,12 @@ export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024, edg
       const timeoutMs = t == null || t.trim() === "" ? undefined : Number(t);
       if (timeoutMs !== undefined && !Number.isFinite(timeoutMs)) throw badRequest("meta.timeoutMs must be a number (ms)");
       if (settle !== null && settle !== "flush") throw badRequest("meta.settle must be 'flush' when provided");
-      const meta = await engine.meta(name, { settle: settle ?? undefined, timeoutMs });
-      return json(200, meta);
+      try {
+        return json(200, await engine.meta(name, { settle: settle ?? undefined, timeoutMs }));
+      } catch (e) {
+        if (edge && UNHEARD.has(e?.code)) return readOnly(url, writerOf(null), name);
+        throw e;
+      }
     }
     if (sub === "activate") {
       only("POST");
@@ -618,6 +634,13 @@ export async function startServer(opts = {}) {
   // one): it listens first and answers 503 until its engine is made (moments later).
   const late = fo !== null && !fo.edge && fo.publicUrl === undefined;
   if (!late) open(fo?.publicUrl);
+  // An edge listens once it has heard its writer's first beat (its streams and the writer's
+  // URL; the writer answers a new edge at once), so its first clients are served, not sent
+  // away; with no writer heard within EDGE_FIRST_BEAT_MS it listens anyway (and answers 503).
+  if (fo?.edge) {
+    const until = Date.now() + EDGE_FIRST_BEAT_MS;
+    while (!(engine.fanoutStats()?.beats > 0) && Date.now() < until) await new Promise((r) => setTimeout(r, 5));
+  }
   const front = {
     fetch: (req) => (handler ? handler.fetch(req) : Promise.resolve(errorResponse(new HttpError(503, "ERR_STARTING", "the server is starting")))),
   };

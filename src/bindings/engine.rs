@@ -108,6 +108,8 @@ pub struct FanoutStatsJs {
     pub gaps: f64,
     pub adopted: f64,
     pub bad_messages: f64,
+    /// Beats sent (writer) or taken (edge).
+    pub beats: f64,
     /// Writer: another writer (the elder) holds the fan-out's prefix; this one publishes
     /// nothing until that one is gone, then publishes as a restarted writer would.
     pub standby: bool,
@@ -1333,6 +1335,7 @@ impl TouchEngine {
             gaps: s.gaps as f64,
             adopted: s.adopted as f64,
             bad_messages: s.bad_messages as f64,
+            beats: s.beats as f64,
             standby: s.standby,
             prefix_held_by: s.prefix_held_by,
         })

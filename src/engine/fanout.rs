@@ -78,6 +78,8 @@ pub struct FanoutStats {
     pub gaps: u64,
     pub adopted: u64,
     pub bad_messages: u64,
+    /// Beats sent (writer) or taken (edge).
+    pub beats: u64,
     /// Writer: another writer holds the prefix (its URL in `prefix_held_by`); this one
     /// publishes nothing until it is gone.
     pub standby: bool,
@@ -93,6 +95,7 @@ struct Counters {
     gaps: u64,
     adopted: u64,
     bad: u64,
+    beats: u64,
 }
 
 pub(crate) struct Fanout {
@@ -121,6 +124,9 @@ pub(crate) struct Fanout {
     sent: Mutex<HashMap<String, Sent>>,
     /// Writer: an edge asked for a full beat.
     full_next: AtomicBool,
+    /// Writer: held while a beat is built and queued, so beats leave in the order they were
+    /// built (the loop's, and those sent at once after a change).
+    beating: Mutex<()>,
 }
 
 /// What a writer's beats last sent of a stream (hashes) and how many beats ago.
@@ -194,11 +200,17 @@ impl Fanout {
             want_full: AtomicBool::new(true),
             sent: Mutex::new(HashMap::new()),
             full_next: AtomicBool::new(false),
+            beating: Mutex::new(()),
         })
     }
 
     pub fn is_edge(&self) -> bool {
         self.opts.role == Role::Edge
+    }
+
+    /// Wakes the beat loop: a writer's next beat goes out now.
+    fn beat_soon(&self) {
+        self.stopped.notify_all();
     }
 
     /// The error an edge answers for what only the writer does.
@@ -266,6 +278,7 @@ impl Fanout {
             gaps: c.gaps,
             adopted: c.adopted,
             bad_messages: c.bad,
+            beats: c.beats,
             writer_url: self.writer_url.lock().clone(),
             ..Default::default()
         };
@@ -356,9 +369,7 @@ impl Fanout {
                 }
             } else {
                 since_full = Duration::ZERO;
-                if let Some(msg) = inner.beat(&self) {
-                    self.send(wire::encode(&msg));
-                }
+                inner.publish_beat(&self);
             }
         }
     }
@@ -390,6 +401,24 @@ fn hash_of(v: &impl Hash) -> u64 {
 impl Inner {
     pub(crate) fn is_edge(&self) -> bool {
         self.fanout.as_ref().is_some_and(|f| f.is_edge())
+    }
+
+    /// Writer: builds and queues a beat.
+    fn publish_beat(&self, fanout: &Fanout) {
+        let _order = fanout.beating.lock();
+        if let Some(msg) = self.beat(fanout) {
+            fanout.send(wire::encode(&msg));
+            fanout.counters.lock().beats += 1;
+        }
+    }
+
+    /// Writer: a beat now, not at the next one due, after what an edge must know before a
+    /// client can use it there: a stream given touch, a profile changed, a template activated.
+    /// Edges then plan a wait that follows at once as the writer would.
+    pub(crate) fn beat_now(&self) {
+        if let Some(fanout) = self.fanout.as_ref().filter(|f| !f.is_edge()) {
+            self.publish_beat(fanout);
+        }
     }
 
     /// Writer: the beat. Every touch-enabled stream gets its journal (so its flushes are
@@ -471,7 +500,10 @@ impl Inner {
             }
         };
         if report.want_full {
+            // An edge that just started (or lacks a stream) hears everything now, not at the
+            // next beat due.
             fanout.full_next.store(true, Ordering::Release);
+            fanout.beat_soon();
         }
         let now = wall_ms();
         let (mut heartbeats, mut reported) = (Vec::new(), Vec::new());
@@ -531,7 +563,10 @@ impl Inner {
                     }
                 }
             }
-            Ok(Message::Beat { writer_url, streams, .. }) => self.take_beat(fanout, writer_url, streams),
+            Ok(Message::Beat { writer_url, streams, .. }) => {
+                self.take_beat(fanout, writer_url, streams);
+                fanout.counters.lock().beats += 1;
+            }
             Err(_) => fanout.counters.lock().bad += 1,
         }
     }

@@ -146,6 +146,8 @@ pub(crate) struct State {
     pub foreign: HashSet<String>,
     /// Numbers profile adoptions ([`StreamRt::profile_seq`]).
     pub profile_seq: u64,
+    /// Adoptions that changed a stream's profile or added a stream.
+    pub profiles_changed: u64,
     /// Dirty streams the last tick left for later because nobody listens to them (idle), and
     /// when the first of them is due (`Inner::tick`).
     pub deferred: HashSet<String>,
@@ -281,6 +283,7 @@ impl TouchEngine {
                 last_profile_poll_ms: now,
                 foreign: HashSet::new(),
                 profile_seq: 0,
+                profiles_changed: 0,
                 deferred: HashSet::new(),
                 deferred_until: None,
             }),
@@ -361,6 +364,7 @@ impl TouchEngine {
         blocking(|r| self.inner.store.write(move |conn| profile::persist_profile(conn, &name, &p), r))?;
         self.inner.adopt_profile(stream, profile.clone());
         self.inner.notify(stream);
+        self.inner.beat_now();
         Ok(profile)
     }
 
@@ -567,6 +571,9 @@ impl TouchEngine {
         })?;
         drop(hold);
         self.inner.count_lifecycle(&out.lifecycle);
+        if out.activated.iter().any(|a| !a.was_active) {
+            self.inner.beat_now();
+        }
         Ok(out)
     }
 }
@@ -802,6 +809,9 @@ impl Inner {
         let mut st = self.state.lock();
         st.profile_seq += 1;
         let seq = st.profile_seq;
+        if st.streams.get(stream).is_none_or(|rt| rt.profile != profile) {
+            st.profiles_changed += 1;
+        }
         match st.streams.get_mut(stream) {
             Some(rt) => {
                 if let Some(j) = journal {
@@ -849,6 +859,15 @@ impl Inner {
             // An edge's profiles come with the writer's beats.
             return Ok(());
         }
+        let before = self.state.lock().profiles_changed;
+        let r = self.reload_profiles_from_file(streams);
+        if self.state.lock().profiles_changed != before {
+            self.beat_now();
+        }
+        r
+    }
+
+    fn reload_profiles_from_file(&self, streams: Option<Vec<String>>) -> Result<()> {
         let all = streams.is_none();
         let read: Vec<(String, Option<std::result::Result<StateProtocolProfile, String>>)> = blocking(|r| {
             self.store.query(
