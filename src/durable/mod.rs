@@ -37,8 +37,11 @@ use parking_lot::Mutex;
 use crate::journal::{FlushLog, FlushRecord, JournalConfig, JournalImage, JournalState};
 use format::{Damage, Header};
 
-/// A log this long (bytes) is folded into a new snapshot.
-pub const REBASE_BYTES: u64 = 2 << 20;
+/// A log this long (bytes) is folded into a new snapshot: ~5,400 flushes of 8 keys. The
+/// replay after a crash is bound by random writes into the filters (~3 µs a flush with two
+/// full 16 MiB filters taken up at once); at this length 50 full filters are taken up in about
+/// a second (`examples/journal_keep.rs`, docs/perf-notes.md).
+pub const REBASE_BYTES: u64 = 512 << 10;
 
 /// The kernel's boot id (empty where there is none).
 fn boot_id() -> String {
