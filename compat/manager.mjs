@@ -45,6 +45,7 @@ import { Store, TouchEngine } from "../index.js";
 import { bridgeWaitForAny, TouchJournal } from "./journal.mjs";
 import { hostConnectionOf } from "./sqlite-adapter.mjs";
 import { feedLiveMetrics } from "./live-metrics.mjs";
+import { switchedOff } from "../lib/settings.mjs";
 
 /** Set on what durable-touch puts in place of the server's own (the swap's tests look). */
 const NATIVE = Symbol.for("durable-touch.native");
@@ -117,8 +118,7 @@ const WILDCARD_HOSTS = new Set(["0.0.0.0", "::", "[::]", ""]);
  * reference).
  */
 export function keepCursorsFromEnv(env = process.env) {
-  const v = env.DURABLE_TOUCH_KEEP_CURSORS?.trim().toLowerCase();
-  return !(v === "0" || v === "false" || v === "no");
+  return !switchedOff(env.DURABLE_TOUCH_KEEP_CURSORS);
 }
 
 /**

@@ -29,6 +29,7 @@ import { join, resolve } from "node:path";
 import { encodeOffset, decodeOffset } from "./offsets.mjs";
 import { validateStateProtocolRecord } from "./state-protocol.mjs";
 import { MAX_JSON_DEPTH, scanJson } from "./json-body.mjs";
+import { switchedOff } from "./settings.mjs";
 
 const require = createRequire(import.meta.url);
 const { Store, TouchEngine } = require("../index.js");
@@ -602,8 +603,7 @@ export async function startServer(opts = {}) {
   const workersRaw = opts.workers ?? process.env.TOUCH_WORKERS;
   const workers = workersRaw === undefined || workersRaw === "" ? undefined : Number(workersRaw);
   const bodyLimit = opts.bodyLimit ?? 10 * 1024 * 1024;
-  const keepRaw = String(opts.keepCursors ?? process.env.KEEP_CURSORS ?? "true").trim().toLowerCase();
-  const keepCursors = !(keepRaw === "0" || keepRaw === "false" || keepRaw === "no");
+  const keepCursors = !switchedOff(opts.keepCursors ?? process.env.KEEP_CURSORS);
   const fo = fanoutOptions(opts);
   const fanout = (role, writerUrl) => ({
     role,
