@@ -37,11 +37,10 @@ use parking_lot::Mutex;
 use crate::journal::{FlushLog, FlushRecord, JournalConfig, JournalImage, JournalState};
 use format::{Damage, Header};
 
-/// A log this long (bytes) is folded into a new snapshot: ~5,400 flushes of 8 keys. The
-/// replay after a crash is bound by random writes into the filters (~3 µs a flush with two
-/// full 16 MiB filters taken up at once); at this length 50 full filters are taken up in about
-/// a second (`examples/journal_keep.rs`, docs/perf-notes.md).
-pub const REBASE_BYTES: u64 = 512 << 10;
+/// A log this long (bytes) is folded into a new snapshot: ~10,800 flushes of 8 keys. A crash
+/// leaves at most this much to replay; 50 full 16 MiB filters, each with a log this long, are
+/// taken up in 0.55–0.7 s (`examples/journal_keep.rs`, docs/perf-notes.md).
+pub const REBASE_BYTES: u64 = 1 << 20;
 
 /// The kernel's boot id (empty where there is none).
 fn boot_id() -> String {
@@ -204,6 +203,7 @@ impl JournalDir {
                 return Err(Damage::Foreign);
             }
             let mut out = Vec::new();
+            state.begin_replay();
             for (rec, covered) in records {
                 if rec.epoch == state.epoch() && rec.generation <= state.generation() {
                     continue; // folded into the snapshot already
@@ -218,6 +218,7 @@ impl JournalDir {
                 state.note_through(covered);
                 replayed.push(rec);
             }
+            state.end_replay();
             debug_assert!(out.is_empty(), "a journal taken up has no waiter");
         }
         state.clear_stats();

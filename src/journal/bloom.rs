@@ -150,6 +150,30 @@ impl GenerationBloom {
         }
     }
 
+    /// [`GenerationBloom::mark`] for each `(key_id, generation)`, given in the order they were
+    /// touched (generations not decreasing), writing the slots in address order: a full
+    /// filter written at random positions misses the caches at nearly every write (~10 µs a
+    /// flush of 8 keys replayed into a 16 MiB filter), in order it streams.
+    pub fn mark_all(&mut self, marks: &[(u32, u32)]) {
+        let (k, mask) = (self.k, self.mask);
+        let Slots::Dense(slots) = &mut self.slots else {
+            for &(key, generation) in marks {
+                self.mark(key, generation);
+            }
+            return;
+        };
+        let mut writes: Vec<(u32, u32)> = Vec::with_capacity(marks.len() * k as usize);
+        for &(key, generation) in marks {
+            writes.extend(slot_positions(key, k, mask).map(|pos| (pos, generation)));
+        }
+        // By slot, then generation: the last write to a slot is its latest generation, as when
+        // marked one by one.
+        writes.sort_unstable();
+        for (pos, generation) in writes {
+            slots[pos as usize] = generation;
+        }
+    }
+
     /// The smallest generation among the key's slots: an upper bound of the key's last touch.
     #[inline]
     pub fn min_generation(&self, key_id: u32) -> u32 {
@@ -218,6 +242,24 @@ mod tests {
         assert_eq!(slots(2_528_729_918), vec![3_758_910, 3_212_511, 2_666_112, 2_119_713]);
         assert_eq!(fmix32(0), 0);
         assert_eq!(slots(0), vec![0, 3_635_641, 3_076_978, 2_518_315]);
+    }
+
+    #[test]
+    fn marks_written_in_address_order_leave_the_slots_marking_one_by_one_does() {
+        // Keys that share slots across generations (a small filter), in touch order.
+        let marks: Vec<(u32, u32)> = (1..=2_000u32).map(|g| (g.wrapping_mul(2_654_435_761) % 500, 1 + g / 3)).collect();
+        for dense_first in [true, false] {
+            let (mut one, mut all) = (GenerationBloom::new(10, 4), GenerationBloom::new(10, 4));
+            if dense_first {
+                // A filter taken up from a snapshot is dense: the ordered path.
+                assert!(one.load(Some(vec![0; 1 << 10])) && all.load(Some(vec![0; 1 << 10])));
+            }
+            for &(key, generation) in &marks {
+                one.mark(key, generation);
+            }
+            all.mark_all(&marks);
+            assert_eq!(one.to_vec(), all.to_vec(), "dense before: {dense_first}");
+        }
     }
 
     #[test]

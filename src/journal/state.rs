@@ -140,6 +140,9 @@ pub struct JournalState<W: Waker = Resolve> {
     logged_through: i64,
     /// Wall-clock ms when the epoch started (0: not known; the owner sets it).
     epoch_started_ms: i64,
+    /// While records are replayed into a journal being taken up: the bloom marks, written at
+    /// once in address order by [`JournalState::end_replay`].
+    deferred_marks: Option<Vec<(u32, u32)>>,
 }
 
 /// Deadlines are rounded up to this many nanoseconds (J12).
@@ -182,6 +185,7 @@ impl<W: Waker> JournalState<W> {
             covered_through: -1,
             logged_through: -1,
             epoch_started_ms: 0,
+            deferred_marks: None,
             cfg,
         }
     }
@@ -381,9 +385,13 @@ impl<W: Waker> JournalState<W> {
             self.last_overflow_generation = generation;
         }
         // J8 step 7: the captured keys are written even in overflow.
-        self.bloom.reserve(bucket.keys.len());
-        for &key in &bucket.keys {
-            self.bloom.mark(key, generation);
+        if let Some(deferred) = &mut self.deferred_marks {
+            deferred.extend(bucket.keys.iter().map(|&key| (key, generation)));
+        } else {
+            self.bloom.reserve(bucket.keys.len());
+            for &key in &bucket.keys {
+                self.bloom.mark(key, generation);
+            }
         }
 
         let hit = TouchHit {
@@ -482,6 +490,21 @@ impl<W: Waker> JournalState<W> {
         };
         self.flush_bucket(bucket, -1, rec.flush_at_ms, out);
         applied
+    }
+
+    /// Records applied from now until [`JournalState::end_replay`] write their bloom marks
+    /// then, all at once: for a journal being taken up after a restart, which no waiter and no
+    /// reader sees until then (its bloom answers nothing meanwhile).
+    pub fn begin_replay(&mut self) {
+        debug_assert!(self.waiters.is_empty(), "a journal being taken up has no waiter");
+        self.deferred_marks = Some(Vec::new());
+    }
+
+    /// Writes the marks of the records applied since [`JournalState::begin_replay`].
+    pub fn end_replay(&mut self) {
+        if let Some(marks) = self.deferred_marks.take() {
+            self.bloom.mark_all(&marks);
+        }
     }
 
     /// Takes the writer's latest `(epoch, generation)` (a heartbeat sent after every record
