@@ -26,6 +26,7 @@
 //! - [`bindings`]: the napi classes and functions (conversion only).
 
 pub mod bindings;
+pub mod bytes;
 pub mod changes;
 pub mod durable;
 pub mod engine;

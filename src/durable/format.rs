@@ -15,6 +15,7 @@
 
 use xxhash_rust::xxh3::xxh3_64;
 
+use crate::bytes::{Reader as R, Short, Writer as W};
 use crate::journal::{Epoch, FlushRecord, JournalImage};
 
 const SNAPSHOT_MAGIC: &[u8; 4] = b"DTJS";
@@ -67,25 +68,22 @@ pub struct Header {
     pub clean: bool,
 }
 
-struct W(Vec<u8>);
+impl From<Short> for Damage {
+    fn from(s: Short) -> Damage {
+        match s {
+            Short::EndsEarly | Short::LongVarint => Damage::Truncated,
+            Short::NotUtf8 => Damage::Format,
+        }
+    }
+}
 
-impl W {
-    fn u8(&mut self, v: u8) {
-        self.0.push(v);
-    }
-    fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn i64(&mut self, v: i64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn str(&mut self, s: &str) {
-        self.u32(s.len() as u32);
-        self.0.extend_from_slice(s.as_bytes());
-    }
+/// What the journal files add to the byte codec: their header and trailing checksum.
+trait WriteFile {
+    fn header(&mut self, h: &Header);
+    fn checksum(&mut self);
+}
+
+impl WriteFile for W {
     fn header(&mut self, h: &Header) {
         self.str(&h.stream);
         self.i64(h.incarnation);
@@ -100,53 +98,15 @@ impl W {
     }
 }
 
-struct R<'a> {
-    b: &'a [u8],
-}
-
-impl<'a> R<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], Damage> {
-        if self.b.len() < n {
-            return Err(Damage::Truncated);
-        }
-        let (head, rest) = self.b.split_at(n);
-        self.b = rest;
-        Ok(head)
-    }
-    fn u8(&mut self) -> Result<u8, Damage> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32, Damage> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
-    }
-    fn u64(&mut self) -> Result<u64, Damage> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
-    }
-    fn i64(&mut self) -> Result<i64, Damage> {
-        Ok(self.u64()? as i64)
-    }
-    /// A count of items of `size` bytes each, refused when the rest cannot hold them.
-    fn count(&mut self, size: usize) -> Result<usize, Damage> {
-        let n = self.u32()? as usize;
-        if n.saturating_mul(size) > self.b.len() {
-            return Err(Damage::Truncated);
-        }
-        Ok(n)
-    }
-    fn str(&mut self) -> Result<String, Damage> {
-        let n = self.count(1)?;
-        String::from_utf8(self.take(n)?.to_vec()).map_err(|_| Damage::Format)
-    }
-    fn header(&mut self) -> Result<Header, Damage> {
-        Ok(Header {
-            stream: self.str()?,
-            incarnation: self.i64()?,
-            filter_pow2: self.u8()?,
-            k: self.u8()?,
-            boot_id: self.str()?,
-            clean: self.u8()? != 0,
-        })
-    }
+fn read_header(r: &mut R<'_>) -> Result<Header, Damage> {
+    Ok(Header {
+        stream: r.str()?,
+        incarnation: r.i64()?,
+        filter_pow2: r.u8()?,
+        k: r.u8()?,
+        boot_id: r.str()?,
+        clean: r.u8()? != 0,
+    })
 }
 
 /// Splits off and checks the trailing checksum of `bytes`.
@@ -228,7 +188,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<(Header, JournalImage), Damage> {
     magic(&mut r, SNAPSHOT_MAGIC)?;
     let mut r = R { b: checked(bytes)? };
     magic(&mut r, SNAPSHOT_MAGIC)?;
-    let h = r.header()?;
+    let h = read_header(&mut r)?;
     let mut image = JournalImage {
         epoch: Epoch(r.u64()?),
         generation: r.u32()?,
@@ -325,7 +285,7 @@ pub type Log = (Header, Vec<(FlushRecord, i64)>);
 pub fn decode_log(bytes: &[u8]) -> Result<Log, Damage> {
     let mut r = R { b: bytes };
     magic(&mut r, LOG_MAGIC)?;
-    let h = r.header()?;
+    let h = read_header(&mut r)?;
     let header_len = bytes.len() - r.b.len();
     let sum = r.u64()?;
     if xxh3_64(&bytes[..header_len]) != sum {

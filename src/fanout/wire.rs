@@ -15,6 +15,7 @@
 //! Every message starts with a kind byte and the format version; a reader refuses what it
 //! does not know ([`Error::Fanout`]) rather than guess.
 
+use crate::bytes::{Reader as R, Short, Writer as W};
 use crate::error::{Error, Result};
 use crate::journal::{Epoch, FlushRecord};
 
@@ -112,53 +113,14 @@ impl Claim {
 
 // ---- writing
 
-struct W(Vec<u8>);
-
-impl W {
-    /// A message of `kind`: its kind byte and the format version, as [`R::header`] reads them.
-    fn message(kind: u8) -> W {
-        W(vec![kind, VERSION])
-    }
-    fn u8(&mut self, v: u8) {
-        self.0.push(v);
-    }
-    fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn i64(&mut self, v: i64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn len(&mut self, n: usize) {
-        self.u32(u32::try_from(n).unwrap_or(u32::MAX));
-    }
-    fn str(&mut self, s: &str) {
-        self.len(s.len());
-        self.0.extend_from_slice(s.as_bytes());
-    }
-    /// LEB128.
-    fn var(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.0.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        self.0.push(v as u8);
-    }
-    /// Zigzag LEB128.
-    fn svar(&mut self, v: i64) {
-        self.var(((v << 1) ^ (v >> 63)) as u64);
-    }
-    fn vstr(&mut self, s: &str) {
-        self.var(s.len() as u64);
-        self.0.extend_from_slice(s.as_bytes());
-    }
+/// A message of `kind`: its kind byte and the format version, as [`read_header`] reads them.
+fn message(kind: u8) -> W {
+    W(vec![kind, VERSION])
 }
 
 /// Encodes a writer's message.
 pub fn encode(msg: &Message) -> Vec<u8> {
-    let mut w = W::message(match msg {
+    let mut w = message(match msg {
         Message::Flush { .. } => FLUSH,
         Message::Beat { .. } => BEAT,
     });
@@ -227,7 +189,7 @@ pub fn encode(msg: &Message) -> Vec<u8> {
 
 /// Encodes an edge's interest.
 pub fn encode_interest(i: &Interest) -> Vec<u8> {
-    let mut w = W::message(INTEREST);
+    let mut w = message(INTEREST);
     w.u64(i.edge);
     w.u32(i.ttl_ms);
     w.u8(i.want_full as u8);
@@ -253,7 +215,7 @@ pub fn encode_interest(i: &Interest) -> Vec<u8> {
 
 /// Encodes a writer's claim.
 pub fn encode_claim(c: &Claim) -> Vec<u8> {
-    let mut w = W::message(CLAIM);
+    let mut w = message(CLAIM);
     w.u64(c.writer);
     w.i64(c.started_at_ms);
     w.u32(c.beat_ms);
@@ -263,91 +225,38 @@ pub fn encode_claim(c: &Claim) -> Vec<u8> {
 
 // ---- reading
 
-struct R<'a> {
-    b: &'a [u8],
-}
-
 fn short() -> Error {
     Error::Fanout("a fan-out message ends early".into())
 }
 
-impl<'a> R<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        if self.b.len() < n {
-            return Err(short());
+impl From<Short> for Error {
+    fn from(s: Short) -> Error {
+        match s {
+            Short::EndsEarly => short(),
+            Short::NotUtf8 => Error::Fanout("a fan-out string is not UTF-8".into()),
+            Short::LongVarint => Error::Fanout("a fan-out varint is too long".into()),
         }
-        let (head, rest) = self.b.split_at(n);
-        self.b = rest;
-        Ok(head)
     }
-    fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
+}
+
+/// A message's kind byte and format version.
+fn read_header(r: &mut R<'_>, kind: u8) -> Result<()> {
+    let (k, v) = (r.u8()?, r.u8()?);
+    if k != kind {
+        return Err(Error::Fanout(format!("unexpected fan-out message kind {k}")));
     }
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().map_err(|_| short())?))
+    if v != VERSION {
+        return Err(Error::Fanout(format!("fan-out format version {v}; this build reads {VERSION}")));
     }
-    fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().map_err(|_| short())?))
-    }
-    fn i64(&mut self) -> Result<i64> {
-        Ok(i64::from_le_bytes(self.take(8)?.try_into().map_err(|_| short())?))
-    }
-    /// A count of items of at least `min_bytes` each: never more than the bytes left allow,
-    /// so a corrupt count cannot make a reader allocate more than the message's size.
-    fn count(&mut self, min_bytes: usize) -> Result<usize> {
-        let n = self.u32()? as usize;
-        if n.saturating_mul(min_bytes.max(1)) > self.b.len() {
-            return Err(short());
-        }
-        Ok(n)
-    }
-    fn var(&mut self) -> Result<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.u8()?;
-            v |= ((b & 0x7f) as u64) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(Error::Fanout("a fan-out varint is too long".into()))
-    }
-    fn svar(&mut self) -> Result<i64> {
-        let v = self.var()?;
-        Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
-    }
-    /// A varint count of items of at least `min_bytes` each (see [`R::count`]).
-    fn vcount(&mut self, min_bytes: usize) -> Result<usize> {
-        let n = usize::try_from(self.var()?).map_err(|_| short())?;
-        if n.saturating_mul(min_bytes.max(1)) > self.b.len() {
-            return Err(short());
-        }
-        Ok(n)
-    }
-    fn vstr(&mut self) -> Result<String> {
-        let n = self.vcount(1)?;
-        String::from_utf8(self.take(n)?.to_vec()).map_err(|_| Error::Fanout("a fan-out string is not UTF-8".into()))
-    }
-    fn str(&mut self) -> Result<String> {
-        let n = self.count(1)?;
-        String::from_utf8(self.take(n)?.to_vec()).map_err(|_| Error::Fanout("a fan-out string is not UTF-8".into()))
-    }
-    fn header(&mut self, kind: u8) -> Result<()> {
-        let (k, v) = (self.u8()?, self.u8()?);
-        if k != kind {
-            return Err(Error::Fanout(format!("unexpected fan-out message kind {k}")));
-        }
-        if v != VERSION {
-            return Err(Error::Fanout(format!("fan-out format version {v}; this build reads {VERSION}")));
-        }
+    Ok(())
+}
+
+/// Nothing may follow a message.
+fn end(r: R<'_>) -> Result<()> {
+    if r.b.is_empty() {
         Ok(())
-    }
-    fn end(self) -> Result<()> {
-        if self.b.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::Fanout("trailing bytes after a fan-out message".into()))
-        }
+    } else {
+        Err(Error::Fanout("trailing bytes after a fan-out message".into()))
     }
 }
 
@@ -357,7 +266,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message> {
     let kind = *bytes.first().ok_or_else(short)?;
     let msg = match kind {
         FLUSH => {
-            r.header(FLUSH)?;
+            read_header(&mut r, FLUSH)?;
             let stream = r.vstr()?;
             let shape = JournalShape {
                 filter_pow2: r.u8()?,
@@ -372,9 +281,9 @@ pub fn decode(bytes: &[u8]) -> Result<Message> {
             let max_source_offset = r.svar()?;
             let overflow = r.u8()? != 0;
             let n = r.vcount(4)?;
-            let keys = (0..n).map(|_| r.u32()).collect::<Result<Vec<_>>>()?;
+            let keys = (0..n).map(|_| r.u32()).collect::<std::result::Result<Vec<_>, Short>>()?;
             let n = r.vcount(8)?;
-            let exact = (0..n).map(|_| r.u64()).collect::<Result<Vec<_>>>()?;
+            let exact = (0..n).map(|_| r.u64()).collect::<std::result::Result<Vec<_>, Short>>()?;
             let record = FlushRecord {
                 epoch,
                 generation,
@@ -388,7 +297,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message> {
             Message::Flush { stream, shape, record }
         }
         BEAT => {
-            r.header(BEAT)?;
+            read_header(&mut r, BEAT)?;
             let writer = r.u64()?;
             let writer_url = r.str()?;
             let n = r.count(42)?;
@@ -408,7 +317,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message> {
                     None
                 } else {
                     let n = r.count(8)?;
-                    Some((0..n).map(|_| Ok((r.str()?, r.str()?))).collect::<Result<Vec<_>>>()?)
+                    Some((0..n).map(|_| Ok((r.str()?, r.str()?))).collect::<std::result::Result<Vec<_>, Short>>()?)
                 };
                 streams.push(StreamBeat {
                     stream,
@@ -428,14 +337,14 @@ pub fn decode(bytes: &[u8]) -> Result<Message> {
         }
         k => return Err(Error::Fanout(format!("unexpected fan-out message kind {k}"))),
     };
-    r.end()?;
+    end(r)?;
     Ok(msg)
 }
 
 /// Decodes an edge's interest.
 pub fn decode_interest(bytes: &[u8]) -> Result<Interest> {
     let mut r = R { b: bytes };
-    r.header(INTEREST)?;
+    read_header(&mut r, INTEREST)?;
     let edge = r.u64()?;
     let ttl_ms = r.u32()?;
     let want_full = r.u8()? != 0;
@@ -445,11 +354,11 @@ pub fn decode_interest(bytes: &[u8]) -> Result<Interest> {
         let stream = r.str()?;
         let (fine_waiters, coarse_waiters, broad_fine_waiters) = (r.u32()?, r.u32()?, r.u32()?);
         let nk = r.count(4)?;
-        let keys = (0..nk).map(|_| r.u32()).collect::<Result<Vec<_>>>()?;
+        let keys = (0..nk).map(|_| r.u32()).collect::<std::result::Result<Vec<_>, Short>>()?;
         let nt = r.count(4)?;
-        let templates = (0..nt).map(|_| r.str()).collect::<Result<Vec<_>>>()?;
+        let templates = (0..nt).map(|_| r.str()).collect::<std::result::Result<Vec<_>, Short>>()?;
         let nu = r.count(4)?;
-        let templates_used = (0..nu).map(|_| r.str()).collect::<Result<Vec<_>>>()?;
+        let templates_used = (0..nu).map(|_| r.str()).collect::<std::result::Result<Vec<_>, Short>>()?;
         streams.push(StreamInterest {
             stream,
             fine_waiters,
@@ -460,16 +369,16 @@ pub fn decode_interest(bytes: &[u8]) -> Result<Interest> {
             templates_used,
         });
     }
-    r.end()?;
+    end(r)?;
     Ok(Interest { edge, ttl_ms, want_full, streams })
 }
 
 /// Decodes a writer's claim.
 pub fn decode_claim(bytes: &[u8]) -> Result<Claim> {
     let mut r = R { b: bytes };
-    r.header(CLAIM)?;
+    read_header(&mut r, CLAIM)?;
     let claim = Claim { writer: r.u64()?, started_at_ms: r.i64()?, beat_ms: r.u32()?, writer_url: r.str()? };
-    r.end()?;
+    end(r)?;
     Ok(claim)
 }
 
