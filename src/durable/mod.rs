@@ -343,25 +343,35 @@ impl LogFiles {
         Ok(())
     }
 
-    /// The image becomes the snapshot, then the log starts again after it (a crash between
-    /// the two leaves records the snapshot holds already, which a restore skips).
+    /// Folds the log into a new snapshot, not synced (a crash of the process keeps it as it
+    /// keeps the log; a crash of the system refuses this boot's files anyway).
     fn rebase(&mut self, image: &JournalImage) {
         if self.broken {
             return;
         }
-        let snap = self.stem.with_extension("snap");
-        let tmp = self.stem.with_extension("snap-tmp");
-        let bytes = format::encode_snapshot(&self.header, image);
-        let r = fs::write(&tmp, &bytes).and_then(|_| fs::rename(&tmp, &snap)).and_then(|_| {
-            self.log = None;
-            self.log_bytes = 0;
-            match fs::remove_file(self.stem.with_extension("log")) {
-                Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
-                _ => Ok(()),
-            }
-        });
-        if let Err(e) = r {
+        if let Err(e) = self.write_snapshot(image, false) {
             self.fail("write", e);
+        }
+    }
+
+    /// `image` becomes the snapshot (written beside it, synced if `synced`, then renamed over
+    /// it), then the log starts again after it: a crash between the two leaves records the
+    /// snapshot holds already, which a restore skips.
+    fn write_snapshot(&mut self, image: &JournalImage, synced: bool) -> std::io::Result<()> {
+        let bytes = format::encode_snapshot(&self.header, image);
+        let tmp = self.stem.with_extension("snap-tmp");
+        let mut f = File::create(&tmp)?;
+        f.write_all(&bytes)?;
+        if synced {
+            f.sync_data()?;
+        }
+        drop(f);
+        fs::rename(&tmp, self.stem.with_extension("snap"))?;
+        self.log = None;
+        self.log_bytes = 0;
+        match fs::remove_file(self.stem.with_extension("log")) {
+            Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
         }
     }
 }
@@ -399,16 +409,7 @@ impl StreamLog {
             return;
         }
         files.header.clean = true;
-        let bytes = format::encode_snapshot(&files.header, image);
-        let snap = files.stem.with_extension("snap");
-        let r = write_synced(&snap, &bytes).and_then(|_| {
-            files.log = None;
-            match fs::remove_file(files.stem.with_extension("log")) {
-                Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
-                _ => Ok(()),
-            }
-        });
-        if let Err(e) = r {
+        if let Err(e) = files.write_snapshot(image, true) {
             files.fail("close", e);
         }
         files.broken = true; // closed: nothing more is written
