@@ -78,12 +78,12 @@
 // server's): the script lowers it to what fits and says so.
 import http from "node:http";
 import { spawn } from "node:child_process";
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { swap } from "../lib/swap.mjs";
+import { REFERENCE, referenceCopies } from "./reference-copies.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, "..");
@@ -91,7 +91,6 @@ const require = createRequire(import.meta.url);
 const { keys: K } = require("../index.js");
 const BIN = join(root, "bin", "durable-touch.mjs");
 const BUN = join(root, "node_modules", ".bin", "bun");
-const REFERENCE = join(root, "node_modules", "@prisma", "streams-server");
 
 const argv = process.argv.slice(2);
 const opt = (name, dflt) => {
@@ -243,24 +242,11 @@ process.on("SIGTERM", async () => {
 });
 `;
 
-/** Copies of the reference's src/ (unswapped, swapped) whose node_modules resolve
- * `durable-touch` to this checkout, and the serve script; as bench/swap.mjs. */
-function referenceCopies() {
-  const dir = mkdtempSync(join(tmpdir(), "dt-restart-bench-"));
-  mkdirSync(join(dir, "node_modules"));
-  for (const e of readdirSync(join(root, "node_modules"))) {
-    if (e === "@prisma" || e === ".bin") continue;
-    symlinkSync(realpathSync(join(root, "node_modules", e)), join(dir, "node_modules", e));
-  }
-  symlinkSync(root, join(dir, "node_modules", "durable-touch"));
-  for (const side of ["unswapped", "swapped"]) {
-    mkdirSync(join(dir, side));
-    cpSync(join(REFERENCE, "src"), join(dir, side, "src"), { recursive: true });
-    cpSync(join(REFERENCE, "package.json"), join(dir, side, "package.json"));
-  }
-  swap(join(dir, "swapped"));
+/** The reference copies (bench/reference-copies.mjs) and the serve script beside them. */
+function copiesWithServe() {
+  const { dir, unswapped, swapped } = referenceCopies("dt-restart-bench-");
   writeFileSync(join(dir, "restart-serve.ts"), REF_SERVE);
-  return { dir, unswapped: join(dir, "unswapped", "src"), swapped: join(dir, "swapped", "src"), serve: join(dir, "restart-serve.ts") };
+  return { dir, unswapped: join(unswapped, "src"), swapped: join(swapped, "src"), serve: join(dir, "restart-serve.ts") };
 }
 
 function sideSpec(name, copies) {
@@ -826,7 +812,7 @@ function journalKeepFigure() {
 
 const needRef = SIDES.some((s) => s !== "ours" && s !== "ours-nokeep");
 if (needRef && !(existsSync(BUN) && existsSync(join(REFERENCE, "src", "touch")))) throw new Error("the reference sides need Bun and @prisma/streams-server in node_modules (npm install)");
-const copies = needRef ? referenceCopies() : null;
+const copies = needRef ? copiesWithServe() : null;
 const cleanup = () => {
   for (const c of children) c.kill("SIGKILL");
   if (copies) rmSync(copies.dir, { recursive: true, force: true });

@@ -14,11 +14,10 @@
 // the median of the per-round ratios (> 1: swapped better). `--waiters 0` measures the write
 // path alone: what processing costs when nobody listens.
 import { spawnSync } from "node:child_process";
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, symlinkSync, appendFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, mkdirSync, rmSync, appendFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { swap } from "../lib/swap.mjs";
+import { referenceCopies } from "./reference-copies.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, "..");
@@ -33,24 +32,6 @@ const SECONDS = Number(opt("seconds", 10));
 const WAITERS = Math.max(0, Math.floor(Number(opt("waiters", 1000))));
 const BATCH = Math.max(1, Math.floor(Number(opt("batch", 50))));
 const bun = join(root, "node_modules", ".bin", "bun");
-const reference = join(root, "node_modules", "@prisma", "streams-server");
-
-function copies() {
-  const dir = mkdtempSync(join(tmpdir(), "dt-swap-bench-"));
-  mkdirSync(join(dir, "node_modules"));
-  for (const e of readdirSync(join(root, "node_modules"))) {
-    if (e === "@prisma" || e === ".bin") continue;
-    symlinkSync(realpathSync(join(root, "node_modules", e)), join(dir, "node_modules", e));
-  }
-  symlinkSync(root, join(dir, "node_modules", "durable-touch"));
-  for (const side of ["unswapped", "swapped"]) {
-    mkdirSync(join(dir, side));
-    cpSync(join(reference, "src"), join(dir, side, "src"), { recursive: true });
-    cpSync(join(reference, "package.json"), join(dir, side, "package.json"));
-  }
-  swap(join(dir, "swapped"));
-  return dir;
-}
 
 function run(anchor, rate) {
   const args = [join(here, "reference", "b6-e2e.ts"), "--runs", "1", "--only", "main", "--rate", String(rate), "--seconds", String(SECONDS), "--waiters", String(WAITERS), "--batch", String(BATCH)];
@@ -83,7 +64,7 @@ const median = (xs) => {
 /** Which way is better per metric (ratio > 1 means the swapped side is better). */
 const BETTER = { p50Ms: "lower", p99Ms: "lower", achievedRowsPerSec: "higher", cpuMsPer1000Wakes: "lower", cpuMsPer1000Rows: "lower", wakes: "higher" };
 
-const dir = copies();
+const { dir } = referenceCopies("dt-swap-bench-");
 try {
   const perRate = Object.fromEntries(RATES.map((r) => [r, []]));
   for (let round = 0; round < ROUNDS; round++) {
