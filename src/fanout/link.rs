@@ -739,6 +739,15 @@ mod close_tests {
             Pair { links, stop, pump: Some(pump) }
         }
 
+        /// A broker and a pair on it, connected and publishing for 300 ms.
+        fn busy_on_a_new_broker(bin: PathBuf) -> (Broker, Pair) {
+            let broker = Broker::start(bin);
+            let pair = Pair::start(&broker.url());
+            pair.wait_connected();
+            std::thread::sleep(Duration::from_millis(300));
+            (broker, pair)
+        }
+
         fn wait_connected(&self) {
             let until = Instant::now() + Duration::from_secs(10);
             while !self.links.lock().iter().all(|l| l.stats.connected.load(Ordering::Relaxed)) {
@@ -788,10 +797,7 @@ mod close_tests {
     #[test]
     fn close_returns_within_2s_after_the_broker_died_came_back_and_died_again() {
         let Some(bin) = nats_bin() else { return eprintln!("skipped: no nats-server") };
-        let mut broker = Broker::start(bin);
-        let pair = Pair::start(&broker.url());
-        pair.wait_connected();
-        std::thread::sleep(Duration::from_millis(300));
+        let (mut broker, pair) = Pair::busy_on_a_new_broker(bin);
         broker.kill();
         std::thread::sleep(Duration::from_millis(2_500));
         broker.restart();
@@ -806,10 +812,7 @@ mod close_tests {
     #[test]
     fn close_returns_within_2s_while_the_broker_is_down() {
         let Some(bin) = nats_bin() else { return eprintln!("skipped: no nats-server") };
-        let mut broker = Broker::start(bin);
-        let pair = Pair::start(&broker.url());
-        pair.wait_connected();
-        std::thread::sleep(Duration::from_millis(300));
+        let (mut broker, pair) = Pair::busy_on_a_new_broker(bin);
         broker.kill();
         std::thread::sleep(Duration::from_millis(1_000));
         assert_prompt("down", pair.close());
@@ -819,10 +822,7 @@ mod close_tests {
     #[test]
     fn close_returns_within_2s_while_the_broker_is_stalled() {
         let Some(bin) = nats_bin() else { return eprintln!("skipped: no nats-server") };
-        let broker = Broker::start(bin);
-        let pair = Pair::start(&broker.url());
-        pair.wait_connected();
-        std::thread::sleep(Duration::from_millis(300));
+        let (broker, pair) = Pair::busy_on_a_new_broker(bin);
         broker.signal("-STOP");
         std::thread::sleep(Duration::from_millis(4_000));
         let took = pair.close();
