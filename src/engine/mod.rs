@@ -532,7 +532,7 @@ impl TouchEngine {
         // reads the new templates.
         let hold = self.inner.hold_stream(stream);
         let processed = hold.as_ref().and_then(StreamHold::processed);
-        let (out, _) = blocking(|r| {
+        let out = blocking(|r| {
             self.inner.store.write(
                 move |conn| {
                     // T5 (B4): a new template covers every row not yet processed, not only rows
@@ -564,7 +564,7 @@ impl TouchEngine {
                     if let Some((journal, through)) = &processed {
                         cover_activation(journal, *through, &out, active_from);
                     }
-                    Ok((out, active_from))
+                    Ok(out)
                 },
                 r,
             )
@@ -653,7 +653,7 @@ impl Inner {
                 }
                 rt.hold_wanted = true;
             }
-            std::thread::sleep(HOLD_POLL);
+            std::thread::sleep(process::BUSY_POLL);
         }
     }
 
@@ -774,9 +774,6 @@ fn open_journal_dir(path: &std::path::Path) -> std::io::Result<JournalDir> {
 }
 
 /// How long [`open_journal_dir`] waits for another engine to let the folder go.
-/// How often a waiting [`Inner::hold_stream`] looks whether the running batch ended.
-const HOLD_POLL: std::time::Duration = std::time::Duration::from_millis(1);
-
 const JOURNAL_DIR_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A stream's runtime; a writer's publishes its journal's flushes, and keeps them when

@@ -37,8 +37,9 @@ const CHECKPOINT_PERSIST_MS: i64 = 100;
 /// coalesce window of an idle journal, which holds its touches that long anyway.
 const IDLE_DEFER_MS: i64 = 50;
 
-/// How long `tick_now` sleeps while the loop runs a batch of the stream it wants.
-const TICK_BUSY_POLL: Duration = Duration::from_millis(1);
+/// How long whoever waits for a stream's running batch to end (`tick_now`, an activation's
+/// [`Inner::hold_stream`]) sleeps between looks.
+pub(crate) const BUSY_POLL: Duration = Duration::from_millis(1);
 
 /// What [`Inner::try_batch`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -373,7 +374,7 @@ impl Inner {
                     break;
                 }
                 match crate::error::catch_panic(|| self.try_batch(name)) {
-                    Ok(Batch::Busy) => std::thread::sleep(TICK_BUSY_POLL),
+                    Ok(Batch::Busy) => std::thread::sleep(BUSY_POLL),
                     Ok(done) => {
                         if let Some(rt) = self.state.lock().streams.get_mut(name) {
                             rt.backoff.record_success();
