@@ -440,12 +440,17 @@ export interface FanoutStats {
   /** Beats sent (writer) or taken (edge). */
   beats: number
   /**
-   * Writer: another writer (the elder) holds the fan-out's prefix; this one publishes
-   * nothing until that one is gone, then publishes as a restarted writer would.
+   * Writer: another writer holds the fan-out's prefix; this one publishes nothing until
+   * that one releases it or falls silent, then publishes as a restarted writer would.
    */
   standby: boolean
   /** Writer: the URL of the writer holding the prefix while this one stands by, else "". */
   prefixHeldBy: string
+  /**
+   * Edge: writer messages dropped because a newer writer had claimed the prefix (a deposed
+   * writer's).
+   */
+  fenced: number
 }
 
 /**

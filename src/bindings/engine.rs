@@ -110,11 +110,14 @@ pub struct FanoutStatsJs {
     pub bad_messages: f64,
     /// Beats sent (writer) or taken (edge).
     pub beats: f64,
-    /// Writer: another writer (the elder) holds the fan-out's prefix; this one publishes
-    /// nothing until that one is gone, then publishes as a restarted writer would.
+    /// Writer: another writer holds the fan-out's prefix; this one publishes nothing until
+    /// that one releases it or falls silent, then publishes as a restarted writer would.
     pub standby: bool,
     /// Writer: the URL of the writer holding the prefix while this one stands by, else "".
     pub prefix_held_by: String,
+    /// Edge: writer messages dropped because a newer writer had claimed the prefix (a deposed
+    /// writer's).
+    pub fenced: f64,
 }
 
 /// A template declaration (the body of `/touch/templates/activate`).
@@ -1338,6 +1341,7 @@ impl TouchEngine {
             beats: s.beats as f64,
             standby: s.standby,
             prefix_held_by: s.prefix_held_by,
+            fenced: s.fenced as f64,
         })
     }
 

@@ -84,6 +84,8 @@ pub struct FanoutStats {
     /// publishes nothing until it is gone.
     pub standby: bool,
     pub prefix_held_by: String,
+    /// Edge: writer messages dropped because they came from a deposed writer.
+    pub fenced: u64,
 }
 
 #[derive(Default)]
@@ -291,6 +293,7 @@ impl Fanout {
             s.received_bytes = l.received_bytes.load(Ordering::Relaxed);
             s.standby = l.standby.load(Ordering::Relaxed);
             s.prefix_held_by = l.held_by.lock().clone();
+            s.fenced = l.fenced.load(Ordering::Relaxed);
         }
         s
     }
@@ -306,6 +309,7 @@ impl Fanout {
                     started_at_ms: self.started_at_ms,
                     beat_ms: self.opts.beat_ms.min(u32::MAX as u64) as u32,
                     writer_url: self.opts.writer_url.clone(),
+                    released: false,
                 };
                 Link::writer(
                     &self.opts,

@@ -12,25 +12,30 @@
 //! reads nothing), what was queued goes out best effort for [`CLOSE_DRAIN`], and `close` waits
 //! for the thread at most [`CLOSE_WAIT`] (issue 34).
 //!
-//! One writer per prefix ([`Hold`]): writers claim their prefix on `<prefix>.writer` when they
-//! start and with every beat. A writer that hears an elder claim *stands by*: it publishes
-//! nothing (edges keep following the elder, rather than see two writers' streams and epochs in
-//! turn) until the elder has been silent for three of its beats; then it publishes, and the
-//! edges adopt it as they adopt a restarted writer.
+//! One writer per prefix ([`super::lease`]): a writer publishes only under a claim the broker
+//! stored, each message in an envelope naming that claim; an edge drops what a deposed writer
+//! publishes. A writer that stands by publishes nothing until the holder releases the prefix
+//! or falls silent; then the edges adopt it as they adopt a restarted writer.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::collections::VecDeque;
+
+use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::{self, consumer::pull::OrderedConfig, consumer::DeliverPolicy, stream};
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
 
+use super::lease::{Facts, Lease, State, Step};
 use super::wire::{self, Claim};
 use super::FanoutOptions;
 use crate::error::{Error, Result};
+use crate::journal::wall_ms;
 
 /// Most writer messages queued while the broker is slow or away; past that they are dropped
 /// (counted in [`LinkStats::dropped`]): edges see the missing generations and answer stale.
@@ -59,6 +64,8 @@ pub struct LinkStats {
     pub held_by: parking_lot::Mutex<String>,
     /// Writer: it stopped standing by; the engine's next beat carries everything.
     pub resumed: AtomicBool,
+    /// Edge: writer messages dropped because a newer writer had claimed the prefix.
+    pub fenced: AtomicU64,
 }
 
 /// Called on the link's thread with each message's payload.
@@ -92,54 +99,6 @@ fn interest_subject(prefix: &str) -> String {
 
 fn claim_subject(prefix: &str) -> String {
     format!("{prefix}.writer")
-}
-
-/// How long a writer that starts waits for an elder to answer its claim (an elder answers in
-/// a round trip; with no writer there the broker says so at once).
-const CLAIM_ANSWER: Duration = Duration::from_millis(300);
-
-/// What a writer heard of the other writers on its prefix.
-pub struct Hold {
-    mine: Claim,
-    /// Elder writers, with when they were last heard.
-    elders: HashMap<u64, (Claim, Instant)>,
-}
-
-/// What to do with another writer's claim.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Heard {
-    /// Our own, or an elder's (this writer stands by).
-    Nothing,
-    /// A younger writer's: answer with ours, so it stands by.
-    Answer,
-}
-
-impl Hold {
-    pub fn new(mine: Claim) -> Hold {
-        Hold { mine, elders: HashMap::new() }
-    }
-
-    pub fn heard(&mut self, other: Claim, now: Instant) -> Heard {
-        if other.writer == self.mine.writer {
-            Heard::Nothing
-        } else if other.is_elder_than(&self.mine) {
-            self.elders.insert(other.writer, (other, now));
-            Heard::Nothing
-        } else {
-            Heard::Answer
-        }
-    }
-
-    /// Forgets the elders silent for three of their beats (at least a second).
-    pub fn expire(&mut self, now: Instant) {
-        self.elders
-            .retain(|_, (c, at)| now.duration_since(*at) < Duration::from_millis((c.beat_ms as u64 * 3).max(1_000)));
-    }
-
-    /// The elder this writer stands by for, if any.
-    pub fn elder(&self) -> Option<&Claim> {
-        self.elders.values().map(|(c, _)| c).min_by_key(|c| c.seniority())
-    }
 }
 
 fn fanout_err(what: &str, e: impl std::fmt::Display) -> Error {
@@ -282,14 +241,12 @@ async fn or_stop<F: Future>(stop: &mut watch::Receiver<bool>, work: F) -> Option
 async fn run(
     opts: FanoutOptions,
     claim: Option<Claim>,
-    mut rx: mpsc::Receiver<Vec<u8>>,
+    rx: mpsc::Receiver<Vec<u8>>,
     mut stop: watch::Receiver<bool>,
-    mut on_message: OnMessage,
+    on_message: OnMessage,
     stats: Arc<LinkStats>,
 ) {
-    // Every (re)connection: a writer makes sure its stream exists (a broker may have come back
-    // without its store).
-    let (connected_tx, mut connected) = mpsc::unbounded_channel();
+    let (connected_tx, connected) = mpsc::unbounded_channel();
     let client = match or_stop(&mut stop, connect(&opts, &stats, connected_tx)).await {
         None => return,
         Some(Ok(c)) => c,
@@ -298,206 +255,358 @@ async fn run(
             return;
         }
     };
-    let role = if claim.is_some() { Role::Writer } else { Role::Edge };
-    let js = jetstream::new(client.clone());
-    let (out_subject, in_subject) = match role {
-        Role::Writer => (touch_subject(&opts.prefix), interest_subject(&opts.prefix)),
-        Role::Edge => (interest_subject(&opts.prefix), touch_subject(&opts.prefix)),
-    };
-    // Incoming: the edges' interest (core NATS) or the writer's stream (an ordered consumer).
-    let (in_tx, mut in_rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    let reconnected = Arc::new(tokio::sync::Notify::new());
-    let reader = match role {
-        Role::Writer => {
-            let client = client.clone();
+    let mut link = Running { opts, js: jetstream::new(client.clone()), client, rx, stop, stats, connected };
+    match claim {
+        Some(claim) => link.writer(Lease::new(claim), on_message).await,
+        None => link.edge(on_message).await,
+    }
+}
+
+/// A link's task once connected.
+struct Running {
+    opts: FanoutOptions,
+    client: async_nats::Client,
+    js: jetstream::Context,
+    rx: mpsc::Receiver<Vec<u8>>,
+    stop: watch::Receiver<bool>,
+    stats: Arc<LinkStats>,
+    /// Every (re)connection.
+    connected: mpsc::UnboundedReceiver<()>,
+}
+
+/// The most bytes of queued messages a writer puts in one envelope (the broker's default
+/// largest message is 1 MiB).
+const BATCH_BYTES: usize = 64 * 1024;
+
+/// How long one look at the stream, or a claim waiting for its ack, may take.
+const LOOK_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Running {
+    /// A writer: publishes under its lease what the engine queues ([`super::lease`]), hears
+    /// the edges' interest while it holds the prefix.
+    async fn writer(&mut self, mut lease: Lease, mut on_interest: OnMessage) {
+        let prefix = self.opts.prefix.clone();
+        let interest = self.hear(interest_subject(&prefix));
+        // Another writer's claim: look at once rather than at the next beat.
+        let (claims_tx, mut claims) = mpsc::unbounded_channel::<Vec<u8>>();
+        let heard_claims = {
+            let client = self.client.clone();
+            let subject = claim_subject(&prefix);
             tokio::spawn(async move {
-                let Ok(mut sub) = client.subscribe(in_subject).await else { return };
+                let Ok(mut sub) = client.subscribe(subject).await else { return };
                 while let Some(m) = sub.next().await {
-                    if in_tx.send(m.payload.to_vec()).is_err() {
+                    if claims_tx.send(m.payload.to_vec()).is_err() {
                         return;
                     }
                 }
             })
-        }
-        Role::Edge => {
-            let (js, opts, again) = (js.clone(), opts.clone(), reconnected.clone());
-            tokio::spawn(async move { consume(js, opts, in_tx, again).await })
-        }
-    };
-    // A writer asks who holds its prefix before it publishes, then hears the other writers'
-    // claims.
-    let (claims_tx, mut claims_rx) = mpsc::unbounded_channel::<(Claim, Option<async_nats::Subject>)>();
-    let mut hold = claim.map(Hold::new);
-    let claims = if let Some(hold) = hold.as_mut() {
-        let ask = client.request(claim_subject(&opts.prefix), wire::encode_claim(&hold.mine).into());
-        let answer =
-            or_stop(&mut stop, tokio::time::timeout(CLAIM_ANSWER, ask)).await.and_then(|a| a.ok()).and_then(|r| r.ok());
-        if let Some(other) = answer.and_then(|m| wire::decode_claim(&m.payload).ok()) {
-            hold.heard(other, Instant::now());
-            stand_by(hold, &stats, &opts.prefix);
-        }
-        let (client, subject) = (client.clone(), claim_subject(&opts.prefix));
-        Some(tokio::spawn(async move {
-            let Ok(mut sub) = client.subscribe(subject).await else { return };
-            while let Some(m) = sub.next().await {
-                if let Ok(c) = wire::decode_claim(&m.payload) {
-                    if claims_tx.send((c, m.reply)).is_err() {
-                        return;
-                    }
-                }
-            }
-        }))
-    } else {
-        None
-    };
-    let mut claim_every = tokio::time::interval(Duration::from_millis(opts.beat_ms.max(10)));
-    // Making the stream retries while the broker is away or refuses it: a stop ends that too.
-    let stopped_at_start = role == Role::Writer && or_stop(&mut stop, ensure_stream(&js, &opts)).await.is_none();
-    let standing_by = |stats: &LinkStats| stats.standby.load(Ordering::Relaxed);
-    // The message whose publish the stop ended.
-    let mut unsent = None;
-    if !stopped_at_start {
-        loop {
+        };
+        let (mut interest_rx, interest_task) = interest;
+        // Making the stream retries while the broker is away or refuses it: a stop ends that too.
+        let mut stopped_early = or_stop(&mut self.stop, ensure_stream(&self.js, &self.opts)).await.is_none();
+        let mut look_every = tokio::time::interval(Duration::from_millis(self.opts.beat_ms.clamp(10, 500)));
+        // Messages waiting while the writer seeks the prefix, in order.
+        let mut waiting: VecDeque<Vec<u8>> = VecDeque::new();
+        while !stopped_early {
             // No arm awaits the client but through `or_stop`: while the broker is away, a
-            // publish waits for room in the client's queue, and would wait past a stop (issue
-            // 34: a writer killed with a broker that came back and died again never exited).
+            // publish waits for room in the client's queue, and would wait past a stop.
             tokio::select! {
                 biased;
-                _ = stopped(&mut stop) => break,
-                Some((other, reply)) = claims_rx.recv() => {
-                    let Some(hold) = hold.as_mut() else { continue };
-                    if hold.heard(other, Instant::now()) == Heard::Answer {
-                        let to = reply.map_or_else(|| claim_subject(&opts.prefix), |r| r.to_string());
-                        if or_stop(&mut stop, client.publish(to, wire::encode_claim(&hold.mine).into())).await.is_none() {
-                            break;
-                        }
-                    }
-                    stand_by(hold, &stats, &opts.prefix);
-                }
-                _ = claim_every.tick(), if hold.is_some() => {
-                    let Some(hold) = hold.as_mut() else { continue };
-                    let claim = wire::encode_claim(&hold.mine).into();
-                    if or_stop(&mut stop, client.publish(claim_subject(&opts.prefix), claim)).await.is_none() {
+                _ = stopped(&mut self.stop) => break,
+                Some(()) = self.connected.recv() => {
+                    if or_stop(&mut self.stop, ensure_stream(&self.js, &self.opts)).await.is_none() {
                         break;
                     }
-                    hold.expire(Instant::now());
-                    stand_by(hold, &stats, &opts.prefix);
                 }
-                Some(()) = connected.recv() => {
-                    match role {
-                        Role::Writer => {
-                            if or_stop(&mut stop, ensure_stream(&js, &opts)).await.is_none() {
+                _ = look_every.tick() => {
+                    if !self.look(&mut lease, &mut waiting).await {
+                        stopped_early = true;
+                    }
+                }
+                Some(bytes) = claims.recv() => {
+                    let other = wire::decode_claim(&bytes).is_ok_and(|c| c.writer != lease.mine().writer);
+                    // Stored by the broker after (or before) this copy reaches us: look a little later.
+                    if other && !self.look_after(&mut lease, &mut waiting, Duration::from_millis(20)).await {
+                        stopped_early = true;
+                    }
+                }
+                Some(bytes) = self.rx.recv() => {
+                    match lease.state() {
+                        State::Held(at) => {
+                            // What else is queued already goes in the same envelope: one
+                            // message for the broker to store and deliver, no wait added.
+                            let (mut batch, mut size) = (vec![bytes], 0);
+                            while size < BATCH_BYTES {
+                                let Ok(more) = self.rx.try_recv() else { break };
+                                size += more.len();
+                                batch.push(more);
+                            }
+                            if !self.publish(at, &batch).await {
                                 break;
                             }
                         }
-                        // The consumer would notice a broker that came back only when its pull
-                        // expires (seconds): it starts again at once from where it was.
-                        Role::Edge => reconnected.notify_one(),
+                        State::Seeking if waiting.len() < QUEUE_MAX => waiting.push_back(bytes),
+                        _ => {
+                            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 }
-                Some(bytes) = rx.recv() => {
-                    if standing_by(&stats) {
-                        stats.dropped.fetch_add(1, Ordering::Relaxed);
+                Some(bytes) = interest_rx.recv() => {
+                    // While another writer holds the prefix, the edges' interest is its business.
+                    if lease.state() == State::StandingBy {
                         continue;
                     }
+                    self.stats.received.fetch_add(1, Ordering::Relaxed);
+                    self.stats.received_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    on_interest(&bytes);
+                }
+            }
+        }
+        interest_task.abort();
+        heard_claims.abort();
+        // What was queued before the stop goes out, best effort, then the prefix is released:
+        // a writer that follows need not wait out this one's lease.
+        let stats = self.stats.clone();
+        let mut unsent = waiting.len() as u64;
+        let drain = async {
+            let State::Held(at) = lease.state() else { return };
+            let mut next: Vec<Vec<u8>> = waiting.drain(..).collect();
+            while let Ok(bytes) = self.rx.try_recv() {
+                next.push(bytes);
+            }
+            unsent = next.len() as u64;
+            for chunk in next.chunks(64) {
+                let payload = wire::envelope(at, &chunk.iter().map(|m| &m[..]).collect::<Vec<_>>());
+                let n = payload.len() as u64;
+                if self.client.publish(touch_subject(&self.opts.prefix), payload.into()).await.is_err() {
+                    return;
+                }
+                unsent -= chunk.len() as u64;
+                stats.sent.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                stats.sent_bytes.fetch_add(n, Ordering::Relaxed);
+            }
+            let release = Claim { released: true, ..lease.mine().clone() };
+            let _ = self.claim(&release, at).await;
+            let _ = self.client.flush().await;
+        };
+        let _ = tokio::time::timeout(CLOSE_DRAIN, drain).await;
+        self.rx.close();
+        self.stats.dropped.fetch_add(self.rx.len() as u64 + unsent, Ordering::Relaxed);
+    }
+
+    /// Publishes `messages` under the lease at `at`, in one envelope. False once stopped.
+    async fn publish(&mut self, at: u64, messages: &[Vec<u8>]) -> bool {
+        let payload = wire::envelope(at, &messages.iter().map(|m| &m[..]).collect::<Vec<_>>());
+        let n = payload.len() as u64;
+        let (client, subject) = (self.client.clone(), touch_subject(&self.opts.prefix));
+        match or_stop(&mut self.stop, client.publish(subject, payload.into())).await {
+            Some(Ok(())) => {
+                self.stats.sent.fetch_add(messages.len() as u64, Ordering::Relaxed);
+                self.stats.sent_bytes.fetch_add(n, Ordering::Relaxed);
+                true
+            }
+            Some(Err(_)) => {
+                self.stats.dropped.fetch_add(messages.len() as u64, Ordering::Relaxed);
+                true
+            }
+            None => {
+                self.stats.dropped.fetch_add(messages.len() as u64, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
+    /// Publishes `claim`, expecting the claim subject's last sequence to be `expect`: the
+    /// sequence it was stored at, `Ok(None)` when another claim went in first.
+    async fn claim(&self, claim: &Claim, expect: u64) -> std::result::Result<Option<u64>, String> {
+        let publish =
+            PublishMessage::build().payload(wire::encode_claim(claim).into()).expected_last_subject_sequence(expect);
+        let ack = async {
+            let ack = self.js.send_publish(claim_subject(&self.opts.prefix), publish).await?;
+            ack.await
+        };
+        match tokio::time::timeout(LOOK_TIMEOUT, ack).await {
+            Err(_) => Err("no answer".into()),
+            Ok(Ok(ack)) => Ok(Some(ack.sequence)),
+            Ok(Err(e)) if e.kind() == PublishErrorKind::WrongLastSequence => Ok(None),
+            Ok(Err(e)) => Err(e.to_string()),
+        }
+    }
+
+    async fn look_after(&mut self, lease: &mut Lease, waiting: &mut VecDeque<Vec<u8>>, delay: Duration) -> bool {
+        if or_stop(&mut self.stop, tokio::time::sleep(delay)).await.is_none() {
+            return false;
+        }
+        self.look(lease, waiting).await
+    }
+
+    /// Looks at the stream and does what the lease says; false once stopped.
+    async fn look(&mut self, lease: &mut Lease, waiting: &mut VecDeque<Vec<u8>>) -> bool {
+        let facts = {
+            let (js, prefix) = (self.js.clone(), self.opts.prefix.clone());
+            match or_stop(&mut self.stop, tokio::time::timeout(LOOK_TIMEOUT, facts(&js, &prefix))).await {
+                None => return false,
+                Some(Ok(Ok(f))) => f,
+                // The broker is away or slow: look again at the next beat.
+                Some(_) => return true,
+            }
+        };
+        let step = lease.observe(&facts, Instant::now());
+        match step {
+            Step::Nothing => {}
+            Step::StandBy => {
+                let dropped = waiting.len() as u64;
+                waiting.clear();
+                self.stats.dropped.fetch_add(dropped, Ordering::Relaxed);
+            }
+            Step::Claim { expect } => {
+                let mine = lease.mine().clone();
+                let claimed = {
+                    let work = self.claim(&mine, expect);
+                    match or_stop(&mut self.stop.clone(), work).await {
+                        None => return false,
+                        Some(c) => c,
+                    }
+                };
+                match claimed {
+                    Ok(Some(at)) => {
+                        if lease.claimed(at) {
+                            self.stats.resumed.store(true, Ordering::Release);
+                            eprintln!("durable-touch fan-out: the writer that held the prefix is gone; this writer publishes now");
+                        }
+                        let held: Vec<Vec<u8>> = waiting.drain(..).collect();
+                        for chunk in held.chunks(64) {
+                            if !self.publish(at, chunk).await {
+                                return false;
+                            }
+                        }
+                    }
+                    Ok(None) => lease.refused(),
+                    Err(_) => {}
+                }
+            }
+        }
+        let standing_by = lease.state() == State::StandingBy;
+        if standing_by != self.stats.standby.swap(standing_by, Ordering::Relaxed) && standing_by {
+            let url = lease.held_by.as_ref().map(|c| c.writer_url.clone()).unwrap_or_default();
+            eprintln!(
+                "durable-touch fan-out: the prefix \"{}\" is held by the writer at {}; this writer publishes nothing until it is gone (give each writer its own prefix)",
+                self.opts.prefix,
+                if url.is_empty() { "(no URL)" } else { &url }
+            );
+        }
+        *self.stats.held_by.lock() = if standing_by {
+            lease.held_by.as_ref().map(|c| c.writer_url.clone()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        true
+    }
+
+    /// A core NATS subscription on `subject`, its payloads on a channel.
+    fn hear(&self, subject: String) -> (mpsc::UnboundedReceiver<Vec<u8>>, tokio::task::JoinHandle<()>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let client = self.client.clone();
+        let task = tokio::spawn(async move {
+            let Ok(mut sub) = client.subscribe(subject).await else { return };
+            while let Some(m) = sub.next().await {
+                if tx.send(m.payload.to_vec()).is_err() {
+                    return;
+                }
+            }
+        });
+        (rx, task)
+    }
+
+    /// An edge: hands each of the writer's messages to `on_message` in order, publishes what
+    /// the engine queues (its interest) on core NATS.
+    async fn edge(&mut self, mut on_message: OnMessage) {
+        let (in_tx, mut in_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let reconnected = Arc::new(tokio::sync::Notify::new());
+        let reader = {
+            let (js, opts, again, stats) =
+                (self.js.clone(), self.opts.clone(), reconnected.clone(), self.stats.clone());
+            tokio::spawn(async move { consume(js, opts, in_tx, again, stats).await })
+        };
+        let subject = interest_subject(&self.opts.prefix);
+        let mut unsent: Option<Vec<u8>> = None;
+        loop {
+            tokio::select! {
+                biased;
+                _ = stopped(&mut self.stop) => break,
+                // The consumer would notice a broker that came back only when its pull
+                // expires (seconds): it starts again at once from where it was.
+                Some(()) = self.connected.recv() => reconnected.notify_one(),
+                Some(bytes) = self.rx.recv() => {
                     let n = bytes.len() as u64;
-                    // The client's `Bytes` (a clone shares the buffer): a publish the stop
-                    // ended sent nothing, and the message goes out first in the drain below
-                    // (rather than leave a gap before the ones queued after it).
-                    let payload = Into::into(bytes);
-                    match or_stop(&mut stop, client.publish(out_subject.clone(), Clone::clone(&payload))).await {
+                    match or_stop(&mut self.stop, self.client.publish(subject.clone(), bytes.clone().into())).await {
                         Some(Ok(())) => {
-                            stats.sent.fetch_add(1, Ordering::Relaxed);
-                            stats.sent_bytes.fetch_add(n, Ordering::Relaxed);
+                            self.stats.sent.fetch_add(1, Ordering::Relaxed);
+                            self.stats.sent_bytes.fetch_add(n, Ordering::Relaxed);
                         }
                         Some(Err(_)) => {
-                            stats.dropped.fetch_add(1, Ordering::Relaxed);
+                            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
                         }
                         None => {
-                            unsent = Some(payload);
+                            unsent = Some(bytes);
                             break;
                         }
                     }
                 }
                 Some(bytes) = in_rx.recv() => {
-                    // The edges follow the elder: their interest is its business.
-                    if standing_by(&stats) {
-                        continue;
-                    }
-                    stats.received.fetch_add(1, Ordering::Relaxed);
-                    stats.received_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    self.stats.received.fetch_add(1, Ordering::Relaxed);
+                    self.stats.received_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
                     on_message(&bytes);
                 }
             }
         }
-    }
-    reader.abort();
-    if let Some(c) = claims {
-        c.abort();
-    }
-    // What was queued before the stop goes out, best effort: a broker that is away or slow
-    // takes what it takes within CLOSE_DRAIN, and the rest is dropped.
-    let mut in_hand = unsent.is_some();
-    let drain = async {
-        let mut next = unsent;
-        loop {
-            let payload = match next.take() {
-                Some(p) => p,
-                None => match rx.try_recv() {
-                    Ok(bytes) => Into::into(bytes),
-                    Err(_) => break,
-                },
-            };
-            in_hand = true;
-            if standing_by(&stats) {
-                break;
+        reader.abort();
+        // The last report goes out, best effort.
+        let drain = async {
+            let mut next = unsent.take();
+            loop {
+                let payload = match next.take() {
+                    Some(p) => p,
+                    None => match self.rx.try_recv() {
+                        Ok(bytes) => bytes,
+                        Err(_) => break,
+                    },
+                };
+                if self.client.publish(subject.clone(), payload.into()).await.is_err() {
+                    break;
+                }
             }
-            let n = payload.len() as u64;
-            if client.publish(out_subject.clone(), payload).await.is_err() {
-                break;
-            }
-            in_hand = false;
-            stats.sent.fetch_add(1, Ordering::Relaxed);
-            stats.sent_bytes.fetch_add(n, Ordering::Relaxed);
-        }
-        let _ = client.flush().await;
+            let _ = self.client.flush().await;
+        };
+        let _ = tokio::time::timeout(CLOSE_DRAIN, drain).await;
+        self.rx.close();
+    }
+}
+
+/// What the writer's stream shows now ([`Facts`]). The last claim is read first, so the
+/// stream's last sequence read after it is never older.
+async fn facts(js: &jetstream::Context, prefix: &str) -> std::result::Result<Facts, String> {
+    let mut stream = js.get_stream(stream_name(prefix)).await.map_err(|e| e.to_string())?;
+    let claim = match stream.get_last_raw_message_by_subject(&claim_subject(prefix)).await {
+        Ok(m) => wire::decode_claim(&m.payload).ok().map(|c| (m.sequence, c)),
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => None,
+        Err(e) => return Err(e.to_string()),
     };
-    let _ = tokio::time::timeout(CLOSE_DRAIN, drain).await;
-    rx.close();
-    stats.dropped.fetch_add(rx.len() as u64 + u64::from(in_hand), Ordering::Relaxed);
+    let state = stream.info().await.map_err(|e| e.to_string())?.state.clone();
+    let last_age = (state.last_sequence > 0).then(|| {
+        let stored_ms = (state.last_timestamp.unix_timestamp_nanos() / 1_000_000) as i64;
+        Duration::from_millis(wall_ms().saturating_sub(stored_ms).max(0) as u64)
+    });
+    Ok(Facts { last_seq: state.last_sequence, last_age, claim })
 }
 
-/// Brings the stats in line with `hold`: stands by while an elder holds the prefix, and
-/// resumes (the engine's next beat carries everything) once none does.
-fn stand_by(hold: &Hold, stats: &LinkStats, prefix: &str) {
-    let was = stats.standby.load(Ordering::Relaxed);
-    match hold.elder() {
-        Some(elder) if !was => {
-            *stats.held_by.lock() = elder.writer_url.clone();
-            stats.standby.store(true, Ordering::Relaxed);
-            eprintln!(
-                "durable-touch fan-out: the prefix \"{}\" is held by the writer at {}; this writer publishes nothing until it is gone (give each writer its own prefix)",
-                prefix,
-                if elder.writer_url.is_empty() { "(no URL)" } else { &elder.writer_url }
-            );
-        }
-        None if was => {
-            stats.held_by.lock().clear();
-            stats.standby.store(false, Ordering::Relaxed);
-            stats.resumed.store(true, Ordering::Release);
-            eprintln!("durable-touch fan-out: the writer that held the prefix is gone; this writer publishes now");
-        }
-        _ => {}
-    }
-}
-
-/// Creates the writer's JetStream stream if missing (retention by age and bytes), or sets the
-/// retention of the one there when it differs (a writer restarted with other limits; the rest
+/// Creates the writer's JetStream stream if missing (its messages and its claims, retention by
+/// age and bytes), or sets the subjects and retention of the one there when they differ (a writer restarted with other limits; the rest
 /// of its config, such as replicas an operator set, is kept), retrying while the broker is away.
 async fn ensure_stream(js: &jetstream::Context, opts: &FanoutOptions) {
     let config = stream::Config {
         name: stream_name(&opts.prefix),
-        subjects: vec![touch_subject(&opts.prefix)],
+        subjects: vec![touch_subject(&opts.prefix), claim_subject(&opts.prefix)],
         max_age: Duration::from_millis(opts.max_age_ms),
         max_bytes: opts.max_bytes,
         storage: stream::StorageType::File,
@@ -507,9 +616,17 @@ async fn ensure_stream(js: &jetstream::Context, opts: &FanoutOptions) {
         let ensured = async {
             let stream = js.get_or_create_stream(config.clone()).await.map_err(|e| e.to_string())?;
             let mut current = stream.cached_info().config.clone();
-            if current.max_age != config.max_age || current.max_bytes != config.max_bytes {
+            if current.max_age != config.max_age
+                || current.max_bytes != config.max_bytes
+                || config.subjects.iter().any(|s| !current.subjects.contains(s))
+            {
                 current.max_age = config.max_age;
                 current.max_bytes = config.max_bytes;
+                for s in &config.subjects {
+                    if !current.subjects.contains(s) {
+                        current.subjects.push(s.clone());
+                    }
+                }
                 // JetStream refuses a duplicates window longer than the age limit (it sets
                 // one no longer when it creates a stream).
                 current.duplicate_window = current.duplicate_window.min(config.max_age);
@@ -536,37 +653,61 @@ async fn consume(
     opts: FanoutOptions,
     out: mpsc::UnboundedSender<Vec<u8>>,
     reconnected: Arc<tokio::sync::Notify>,
+    stats: Arc<LinkStats>,
 ) {
-    let name = stream_name(&opts.prefix);
+    let (name, claims) = (stream_name(&opts.prefix), claim_subject(&opts.prefix));
     let mut next: Option<u64> = None;
+    // The highest lease seen, claims included: what comes under a lower one was published by
+    // a writer another one had deposed ([`super::lease`]).
+    let mut lease_hi = 0u64;
     loop {
         let started = async {
             let mut stream = js.get_stream(&name).await.map_err(|e| e.to_string())?;
             let last = stream.info().await.map_err(|e| e.to_string())?.state.last_sequence;
-            let deliver_policy = match next {
+            let (deliver_policy, anew) = match next {
+                Some(seq) if last + 1 >= seq => (DeliverPolicy::ByStartSequence { start_sequence: seq }, false),
                 // A stream made anew (the broker lost its store) numbers from 1 again: read it
                 // all; the mirrors see the writer's generations jump.
-                Some(seq) if last + 1 >= seq => DeliverPolicy::ByStartSequence { start_sequence: seq },
-                _ => DeliverPolicy::All,
+                _ => (DeliverPolicy::All, true),
             };
             let consumer = stream
                 .create_consumer(OrderedConfig { deliver_policy, ..Default::default() })
                 .await
                 .map_err(|e| e.to_string())?;
-            consumer.messages().await.map_err(|e| e.to_string())
+            Ok::<_, String>((consumer.messages().await.map_err(|e| e.to_string())?, anew))
         };
-        if let Ok(mut messages) = started.await {
+        if let Ok((mut messages, anew)) = started.await {
+            if anew {
+                lease_hi = 0;
+            }
             loop {
                 let m = tokio::select! {
                     m = messages.next() => m,
                     _ = reconnected.notified() => break,
                 };
                 let Some(Ok(m)) = m else { break };
-                if let Ok(info) = m.info() {
-                    next = Some(info.stream_sequence + 1);
+                let seq = m.info().map(|i| i.stream_sequence).unwrap_or(0);
+                next = Some(seq + 1);
+                if m.subject.as_str() == claims {
+                    lease_hi = lease_hi.max(seq);
+                    continue;
                 }
-                if out.send(m.payload.to_vec()).is_err() {
-                    return;
+                let Ok((lease, inner)) = wire::open_envelope(&m.payload) else {
+                    // Not ours to judge here: the engine counts what it cannot read.
+                    if out.send(m.payload.to_vec()).is_err() {
+                        return;
+                    }
+                    continue;
+                };
+                if lease < lease_hi {
+                    stats.fenced.fetch_add(inner.len() as u64, Ordering::Relaxed);
+                    continue;
+                }
+                lease_hi = lease;
+                for msg in inner {
+                    if out.send(msg.to_vec()).is_err() {
+                        return;
+                    }
                 }
             }
         }
@@ -574,53 +715,11 @@ async fn consume(
     }
 }
 
+/// Links against a real nats-server (the one `__test__/support/nats-server.mjs` installs,
+/// `NATS_SERVER_BIN`, or one on PATH; skipped without one): `close()` whatever the broker is
+/// doing, and one writer per prefix.
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn claim(writer: u64, started_at_ms: i64) -> Claim {
-        Claim { writer, started_at_ms, beat_ms: 100, writer_url: format!("http://w{writer}") }
-    }
-
-    #[test]
-    fn a_writer_stands_by_for_its_elders_until_they_are_silent() {
-        let t0 = Instant::now();
-        let mut hold = Hold::new(claim(2, 100));
-        assert_eq!(hold.heard(claim(2, 100), t0), Heard::Nothing, "its own claim");
-        assert_eq!(hold.heard(claim(3, 101), t0), Heard::Answer, "a younger writer is told");
-        assert!(hold.elder().is_none());
-        hold.heard(claim(1, 50), t0);
-        hold.heard(claim(0, 99), t0 + Duration::from_millis(800));
-        assert_eq!(hold.elder().map(|c| c.writer), Some(1), "the eldest holds the prefix");
-        // Three beats, at least a second: the eldest went silent, the other elder did not.
-        hold.expire(t0 + Duration::from_millis(999));
-        assert_eq!(hold.elder().map(|c| c.writer), Some(1));
-        hold.expire(t0 + Duration::from_millis(1_000));
-        assert_eq!(hold.elder().map(|c| c.writer), Some(0));
-        hold.expire(t0 + Duration::from_millis(1_800));
-        assert!(hold.elder().is_none());
-    }
-
-    #[test]
-    fn standing_by_and_resuming_show_in_the_stats() {
-        let (stats, t0) = (LinkStats::default(), Instant::now());
-        let mut hold = Hold::new(claim(2, 100));
-        hold.heard(claim(1, 50), t0);
-        stand_by(&hold, &stats, "p");
-        assert!(stats.standby.load(Ordering::Relaxed));
-        assert_eq!(*stats.held_by.lock(), "http://w1");
-        assert!(!stats.resumed.load(Ordering::Relaxed));
-        hold.expire(t0 + Duration::from_secs(2));
-        stand_by(&hold, &stats, "p");
-        assert!(!stats.standby.load(Ordering::Relaxed) && stats.held_by.lock().is_empty());
-        assert!(stats.resumed.load(Ordering::Relaxed), "the next beat carries everything");
-    }
-}
-
-/// `close()` against a real nats-server (the one `__test__/support/nats-server.mjs` installs,
-/// `NATS_SERVER_BIN`, or one on PATH; skipped without one), whatever the broker is doing.
-#[cfg(test)]
-mod close_tests {
+mod broker_tests {
     use std::io::{BufRead, BufReader};
     use std::path::{Path, PathBuf};
     use std::process::{Child, Command, Stdio};
@@ -722,7 +821,7 @@ mod close_tests {
 
     impl Pair {
         fn start(url: &str) -> Pair {
-            let claim = Claim { writer: 1, started_at_ms: 1, beat_ms: 100, writer_url: "http://writer".into() };
+            let claim = Claim { writer: 1, beat_ms: 100, writer_url: "http://writer".into(), ..Default::default() };
             let writer = Link::writer(&options(Side::Writer, url), claim, Box::new(|_| {})).unwrap();
             let edge = Link::edge(&options(Side::Edge, url), Box::new(|_| {})).unwrap();
             let links = Arc::new(parking_lot::Mutex::new(vec![writer, edge]));
@@ -836,16 +935,14 @@ mod close_tests {
     fn close_hands_what_was_queued_to_a_healthy_broker() {
         let Some(bin) = nats_bin() else { return eprintln!("skipped: no nats-server") };
         let broker = Broker::start(bin);
-        let claim = Claim { writer: 1, started_at_ms: 1, beat_ms: 100, writer_url: "http://writer".into() };
+        let claim = Claim { writer: 1, beat_ms: 100, writer_url: "http://writer".into(), ..Default::default() };
         let mut writer = Link::writer(&options(Side::Writer, &broker.url()), claim, Box::new(|_| {})).unwrap();
-        let until = Instant::now() + Duration::from_secs(10);
-        while !writer.stats.connected.load(Ordering::Relaxed) {
-            assert!(Instant::now() < until, "never connected");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        std::thread::sleep(Duration::from_millis(500)); // its JetStream stream is made
+        // The first message out: the writer holds the prefix (a writer that closes while it
+        // still seeks it has nothing to hand over).
+        assert!(writer.send(0u64.to_le_bytes().to_vec()));
+        until("the first message out", Duration::from_secs(10), || writer.stats.sent.load(Ordering::Relaxed) == 1);
         const N: u64 = 5_000;
-        for i in 0..N {
+        for i in 1..N {
             assert!(writer.send(i.to_le_bytes().to_vec()));
         }
         let t = Instant::now();
@@ -862,8 +959,8 @@ mod close_tests {
             }),
         )
         .unwrap();
-        let until = Instant::now() + Duration::from_secs(10);
-        while got.load(Ordering::Relaxed) < N && Instant::now() < until {
+        let end = Instant::now() + Duration::from_secs(10);
+        while got.load(Ordering::Relaxed) < N && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert_eq!(got.load(Ordering::Relaxed), N, "what was queued before close reached the stream");
@@ -876,7 +973,7 @@ mod close_tests {
     fn close_stops_waiting_for_a_thread_that_does_not_end() {
         let Some(bin) = nats_bin() else { return eprintln!("skipped: no nats-server") };
         let broker = Broker::start(bin);
-        let claim = Claim { writer: 1, started_at_ms: 1, beat_ms: 100, writer_url: "http://writer".into() };
+        let claim = Claim { writer: 1, beat_ms: 100, writer_url: "http://writer".into(), ..Default::default() };
         let mut writer = Link::writer(&options(Side::Writer, &broker.url()), claim, Box::new(|_| {})).unwrap();
         let busy = Arc::new(AtomicBool::new(false));
         let b = busy.clone();
@@ -913,5 +1010,147 @@ mod close_tests {
         std::thread::sleep(Duration::from_millis(1_000));
         assert_prompt("silent", pair.close());
         drop(held);
+    }
+
+    fn writer_on(url: &str, prefix: &str, id: u64) -> Link {
+        let opts = FanoutOptions { prefix: prefix.into(), ..options(Side::Writer, url) };
+        let claim = Claim { writer: id, beat_ms: 100, writer_url: format!("http://w{id}"), ..Default::default() };
+        Link::writer(&opts, claim, Box::new(|_| {})).unwrap()
+    }
+
+    /// What an edge gets from `prefix`'s stream: `expect` messages (then 100 ms more, for any
+    /// beyond), or what came within 10 s; and how many it fenced.
+    fn edge_reads(url: &str, prefix: &str, expect: usize) -> (Vec<Vec<u8>>, u64) {
+        let got = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let g = got.clone();
+        let opts = FanoutOptions { prefix: prefix.into(), ..options(Side::Edge, url) };
+        let mut edge = Link::edge(&opts, Box::new(move |m| g.lock().push(m.to_vec()))).unwrap();
+        let until = Instant::now() + Duration::from_secs(10);
+        while got.lock().len() < expect && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let fenced = edge.stats.fenced.load(Ordering::Relaxed);
+        edge.close();
+        let got = std::mem::take(&mut *got.lock());
+        (got, fenced)
+    }
+
+    fn until(what: &str, within: Duration, ok: impl Fn() -> bool) {
+        let end = Instant::now() + within;
+        while !ok() {
+            assert!(Instant::now() < end, "{what}: not within {within:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Issue 34: two writers started at the same instant on one prefix, 50 times: one takes it,
+    /// the other stands by, and the stream (what every edge reads) holds one writer's messages.
+    #[test]
+    fn two_writers_started_together_never_both_publish() {
+        let Some(bin) = nats_bin() else { return eprintln!("skipped: no nats-server") };
+        let broker = Broker::start(bin);
+        let mut wins = [0; 2];
+        for round in 0..50u64 {
+            let prefix = format!("pair{round}");
+            let pair = [writer_on(&broker.url(), &prefix, 1), writer_on(&broker.url(), &prefix, 2)];
+            // Both send from the start, as engines beat and flush from the start.
+            let t = Instant::now();
+            let mut n = 0u8;
+            while t.elapsed() < Duration::from_millis(250) {
+                for (i, link) in pair.iter().enumerate() {
+                    link.send(vec![i as u8, n]);
+                }
+                n = n.wrapping_add(1);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let standby: Vec<bool> = pair.iter().map(|l| l.stats.standby.load(Ordering::Relaxed)).collect();
+            assert!(standby[0] != standby[1], "round {round}: standby {standby:?}");
+            let holder = standby.iter().position(|s| !s).unwrap();
+            let other = 1 - holder;
+            wins[holder] += 1;
+            assert_eq!(pair[other].stats.sent.load(Ordering::Relaxed), 0, "round {round}: the standby published");
+            assert_eq!(*pair[other].stats.held_by.lock(), format!("http://w{}", holder + 1));
+            // The standby closes first: it publishes nothing, not even as it goes.
+            let [mut a, mut b] = pair;
+            let (first, second) = if other == 0 { (&mut a, &mut b) } else { (&mut b, &mut a) };
+            first.close();
+            second.close();
+            let sent = second.stats.sent.load(Ordering::Relaxed) as usize;
+            let (got, fenced) = edge_reads(&broker.url(), &prefix, sent);
+            assert_eq!(got.len(), sent, "round {round}");
+            assert!(got.iter().all(|m| m[0] == holder as u8), "round {round}: the edge read {got:?}");
+            assert_eq!(fenced, 0);
+        }
+        eprintln!("50 paired starts: writer 1 took the prefix {} times, writer 2 {} times", wins[0], wins[1]);
+    }
+
+    /// A writer paused past its lease (here: silent), then publishing what it had queued before
+    /// it looks again, as a process woken from a long GC or SIGSTOP does: its messages are in
+    /// the stream after the successor's claim, and no edge takes them. It then stands by.
+    #[test]
+    fn a_deposed_writers_messages_reach_no_edge() {
+        let Some(bin) = nats_bin() else { return eprintln!("skipped: no nats-server") };
+        let broker = Broker::start(bin);
+        let url = broker.url();
+        let a = writer_on(&url, "deposed", 1);
+        a.send(b"a-0".to_vec());
+        until("the first writer publishing", Duration::from_secs(10), || a.stats.sent.load(Ordering::Relaxed) == 1);
+        let mut b = writer_on(&url, "deposed", 2);
+        // The holder keeps publishing (as its beats do): the second stands by.
+        until("the second standing by", Duration::from_secs(10), || {
+            a.send(b"a-1".to_vec());
+            std::thread::sleep(Duration::from_millis(20));
+            b.stats.standby.load(Ordering::Relaxed)
+        });
+        // The holder falls silent for more than three beats: the second takes over.
+        until("the second taking over", Duration::from_secs(10), || !b.stats.standby.load(Ordering::Relaxed));
+        b.send(b"b-0".to_vec());
+        until("the second publishing", Duration::from_secs(10), || b.stats.sent.load(Ordering::Relaxed) == 1);
+        // The first writer's claim went in first, at sequence 1: what it publishes on waking,
+        // before it looks at the stream again, goes out under that lease.
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let client = async_nats::connect(&url).await.unwrap();
+            let js = jetstream::new(client.clone());
+            let first = js.get_stream(stream_name("deposed")).await.unwrap().get_raw_message(1).await.unwrap();
+            assert_eq!(wire::decode_claim(&first.payload).unwrap().writer, 1);
+            client.publish(touch_subject("deposed"), wire::envelope(1, &[b"a-late"]).into()).await.unwrap();
+            client.flush().await.unwrap();
+        });
+        b.send(b"b-1".to_vec());
+        until("the first standing by", Duration::from_secs(10), || a.stats.standby.load(Ordering::Relaxed));
+        assert_eq!(*a.stats.held_by.lock(), "http://w2");
+        until("the second's last message out", Duration::from_secs(10), || b.stats.sent.load(Ordering::Relaxed) == 2);
+        b.close();
+        let sent = (a.stats.sent.load(Ordering::Relaxed) + 2) as usize;
+        let (got, fenced) = edge_reads(&url, "deposed", sent);
+        let got: Vec<String> = got.iter().map(|m| String::from_utf8_lossy(m).into_owned()).collect();
+        assert_eq!(got.first().map(String::as_str), Some("a-0"));
+        let from_b: Vec<&str> = got.iter().map(String::as_str).skip_while(|m| m.starts_with("a-")).collect();
+        assert_eq!(from_b, ["b-0", "b-1"], "the edge read {got:?}");
+        assert_eq!(fenced, 1, "the deposed writer's late message is fenced");
+    }
+
+    /// A clean close releases the prefix: the standby takes it over at its next look, not after
+    /// the lapse.
+    #[test]
+    fn a_closed_writer_hands_the_prefix_over_at_once() {
+        let Some(bin) = nats_bin() else { return eprintln!("skipped: no nats-server") };
+        let broker = Broker::start(bin);
+        let mut a = writer_on(&broker.url(), "handover", 1);
+        let b = writer_on(&broker.url(), "handover", 2);
+        until("the second standing by", Duration::from_secs(10), || {
+            a.send(vec![0]);
+            std::thread::sleep(Duration::from_millis(20));
+            b.stats.standby.load(Ordering::Relaxed)
+        });
+        a.close();
+        let t = Instant::now();
+        until("the second taking over", Duration::from_secs(10), || !b.stats.standby.load(Ordering::Relaxed));
+        let took = t.elapsed();
+        eprintln!("handover after a clean close: {took:?}");
+        assert!(took < crate::fanout::lease::lapse(100), "took {took:?}, as long as a lapse");
+        assert!(b.stats.resumed.load(Ordering::Acquire), "its next beat carries everything");
     }
 }

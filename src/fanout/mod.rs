@@ -12,6 +12,7 @@
 //! writer's cursor, and a gap is never silent (older cursors answer `stale`, parked waiters
 //! are woken).
 
+pub mod lease;
 pub mod link;
 pub mod wire;
 

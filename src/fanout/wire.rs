@@ -9,8 +9,11 @@
 //!
 //! Edges → writer, on core NATS: [`Interest`], what the edge's waiters wait for, per stream.
 //!
-//! Writer ↔ writer, on core NATS: [`Claim`], a writer's hold on its prefix (one writer per
-//! prefix: the elder publishes, a younger one stands by).
+//! Writer → writer and edges, in the same stream on its own subject: [`Claim`], a writer taking
+//! (or giving up) the prefix. Every writer message travels in an [envelope](envelope) that
+//! names the claim it was published under, its *lease*: the stream sequence of that claim.
+//! Claims only ever go in at a higher sequence, so an edge drops whatever arrives under a lease
+//! lower than the highest it has seen: a deposed writer's messages (issue 34).
 //!
 //! Every message starts with a kind byte and the format version; a reader refuses what it
 //! does not know ([`Error::Fanout`]) rather than guess.
@@ -19,11 +22,12 @@ use crate::bytes::{Reader as R, Short, Writer as W};
 use crate::error::{Error, Result};
 use crate::journal::{Epoch, FlushRecord};
 
-const VERSION: u8 = 3;
+const VERSION: u8 = 4;
 const FLUSH: u8 = b'F';
 const BEAT: u8 = b'B';
 const INTEREST: u8 = b'I';
 const CLAIM: u8 = b'W';
+const ENVELOPE: u8 = b'E';
 
 /// The journal options a mirror must share with its writer to answer as it does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -88,27 +92,18 @@ pub struct Interest {
     pub streams: Vec<StreamInterest>,
 }
 
-/// A writer's claim on its prefix, sent when it starts and with every beat.
+/// A writer's claim on its prefix: published when it takes the prefix, and with `released`
+/// when it gives it up (a clean close), so a successor need not wait for its silence.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Claim {
     pub writer: u64,
     /// When the writer's engine started (wall clock, ms).
     pub started_at_ms: i64,
+    /// How often the writer beats: the silence after which the prefix is free is counted in
+    /// its beats.
     pub beat_ms: u32,
     pub writer_url: String,
-}
-
-impl Claim {
-    /// The order of writers on a prefix: the one that started first (the lower id on a tie)
-    /// is the elder, so two writers agree on which of them publishes.
-    pub fn seniority(&self) -> (i64, u64) {
-        (self.started_at_ms, self.writer)
-    }
-
-    /// Whether this writer holds the prefix against `other`.
-    pub fn is_elder_than(&self, other: &Claim) -> bool {
-        self.seniority() < other.seniority()
-    }
+    pub released: bool,
 }
 
 // ---- writing
@@ -220,6 +215,20 @@ pub fn encode_claim(c: &Claim) -> Vec<u8> {
     w.i64(c.started_at_ms);
     w.u32(c.beat_ms);
     w.str(&c.writer_url);
+    w.u8(c.released as u8);
+    w.0
+}
+
+/// Wraps writer messages published under the claim at stream sequence `lease`.
+pub fn envelope(lease: u64, messages: &[&[u8]]) -> Vec<u8> {
+    let mut w = message(ENVELOPE);
+    w.0.reserve(12 + messages.iter().map(|m| m.len() + 3).sum::<usize>());
+    w.var(lease);
+    w.var(messages.len() as u64);
+    for m in messages {
+        w.var(m.len() as u64);
+        w.0.extend_from_slice(m);
+    }
     w.0
 }
 
@@ -377,9 +386,30 @@ pub fn decode_interest(bytes: &[u8]) -> Result<Interest> {
 pub fn decode_claim(bytes: &[u8]) -> Result<Claim> {
     let mut r = R { b: bytes };
     read_header(&mut r, CLAIM)?;
-    let claim = Claim { writer: r.u64()?, started_at_ms: r.i64()?, beat_ms: r.u32()?, writer_url: r.str()? };
+    let claim = Claim {
+        writer: r.u64()?,
+        started_at_ms: r.i64()?,
+        beat_ms: r.u32()?,
+        writer_url: r.str()?,
+        released: r.u8()? != 0,
+    };
     end(r)?;
     Ok(claim)
+}
+
+/// Opens an [`envelope`]: its lease and the messages it holds.
+pub fn open_envelope(bytes: &[u8]) -> Result<(u64, Vec<&[u8]>)> {
+    let mut r = R { b: bytes };
+    read_header(&mut r, ENVELOPE)?;
+    let lease = r.var()?;
+    let n = r.vcount(1)?;
+    let mut messages = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = usize::try_from(r.var()?).map_err(|_| short())?;
+        messages.push(r.take(len)?);
+    }
+    end(r)?;
+    Ok((lease, messages))
 }
 
 #[cfg(test)]
@@ -469,16 +499,25 @@ mod tests {
     }
 
     #[test]
-    fn claims_round_trip_and_two_writers_agree_on_the_elder() {
-        let a = Claim { writer: 9, started_at_ms: 1_000, beat_ms: 500, writer_url: "http://a".into() };
+    fn claims_round_trip() {
+        let a = Claim { writer: 9, started_at_ms: 1_000, beat_ms: 500, writer_url: "http://a".into(), released: false };
         assert_eq!(decode_claim(&encode_claim(&a)).unwrap(), a);
+        let gone = Claim { released: true, ..a.clone() };
+        assert_eq!(decode_claim(&encode_claim(&gone)).unwrap(), gone);
         assert!(decode(&encode_claim(&a)).is_err() && decode_claim(&encode_interest(&Interest::default())).is_err());
-        let later = Claim { started_at_ms: 1_001, writer: 1, ..a.clone() };
-        let tie = Claim { writer: 10, ..a.clone() };
-        for b in [later, tie] {
-            assert!(a.is_elder_than(&b) && !b.is_elder_than(&a));
+    }
+
+    #[test]
+    fn envelopes_hold_their_lease_and_messages_and_cost_a_few_bytes() {
+        let (one, two) = (encode(&flush(vec![1, 2], vec![])), encode(&flush(vec![3], vec![9])));
+        let e = envelope(300, &[&one, &two]);
+        let (lease, got) = open_envelope(&e).unwrap();
+        assert_eq!((lease, got), (300, vec![&one[..], &two[..]]));
+        assert!(envelope(300, &[&one]).len() <= one.len() + 7);
+        assert!(open_envelope(&one).is_err() && decode(&e).is_err());
+        for cut in 0..e.len() {
+            assert!(open_envelope(&e[..cut]).is_err(), "cut at {cut}");
         }
-        assert!(!a.is_elder_than(&a));
     }
 
     #[test]
