@@ -3,7 +3,7 @@
 // held by the caller, template heartbeats, the runtime snapshot and wait totals.
 import assert from "node:assert/strict";
 import { readdirSync } from "node:fs";
-import { test, dt, sleep } from "./harness.mjs";
+import { test, dt, sleep, bound } from "./harness.mjs";
 
 const { Store, TouchEngine, EngineJournal, keys } = dt;
 
@@ -141,7 +141,7 @@ test("tick() ends at the rows committed before it, whatever a faster writer appe
       while (!stop) await store.append("s", many(200, (next += 200)));
     })();
     const t = engine.tick();
-    const r = await Promise.race([t, sleep(60_000).then(() => null)]);
+    const r = await Promise.race([t, bound(60_000).then(() => null)]);
     stop = true;
     await writer;
     assert.ok(r !== null, "the tick returned while the writer kept appending");

@@ -327,12 +327,19 @@ test("the broker killed mid-load and restarted: no wait hangs, every edge answer
       await settled(writer, edge);
       stopped = performance.now();
       stop.abort();
-      // 30 s on the clock (not one 30 s timer, which could fire early under Bun).
+      // 30 s on the clock (not one 30 s timer, which could fire early under Bun); it stops
+      // ticking once the replies are in, so it does not hold the file open.
+      let answered = false;
       const budget = new Promise((resolve) => {
-        const tick = () => (performance.now() - /** @type {number} */ (stopped) >= 30_000 ? resolve(null) : setTimeout(tick, 50));
+        const tick = () => {
+          if (answered) return;
+          if (performance.now() - /** @type {number} */ (stopped) >= 30_000) resolve(null);
+          else setTimeout(tick, 50);
+        };
         tick();
       });
-      const replies = await Promise.race([Promise.all(running), budget]);
+      const all = Promise.all(running).finally(() => (answered = true));
+      const replies = await Promise.race([all, budget]);
       if (!replies) {
         // Where a hung wait is: still parked in the edge's journal past its deadline, or
         // answered natively and never settled in JavaScript.

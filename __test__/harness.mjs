@@ -45,3 +45,13 @@ export async function rejectsWithCode(promise, code) {
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * A bound for `Promise.race`: resolves after `ms` without holding the process open, so a
+ * race the other side won does not keep the test file running until the bound.
+ */
+export const bound = (ms) =>
+  new Promise((r) => {
+    const t = setTimeout(r, ms);
+    t.unref?.();
+  });

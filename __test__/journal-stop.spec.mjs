@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
-import { test, dt, sleep } from "./harness.mjs";
+import { test, dt, bound } from "./harness.mjs";
 
 const { TouchJournal } = dt;
 const here = dirname(fileURLToPath(import.meta.url));
@@ -16,7 +16,7 @@ test("stop() with 100,000 pending waits settles them all with null, and the proc
   child.stdout.on("data", (d) => out.push(d));
   child.stderr.on("data", (d) => err.push(d));
   const exited = new Promise((resolve) => child.on("close", (code, signal) => resolve({ code, signal })));
-  const timedOut = sleep(30_000).then(() => "timeout");
+  const timedOut = bound(30_000).then(() => "timeout");
   const r = await Promise.race([exited, timedOut]);
   if (r === "timeout") {
     child.kill("SIGKILL");
