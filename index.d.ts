@@ -412,6 +412,11 @@ export interface FanoutConfig {
   beatMs?: number
   /** The writer's HTTP URL, named by edges when they refuse a request. */
   writerUrl?: string
+  /**
+   * Writer: how long a flush waits for others to share its broker message, in ms (default
+   * 0: at once). Fewer bytes per key reach each edge, this much later.
+   */
+  batchMs?: number
 }
 
 /** What `fanoutStats()` reports. */

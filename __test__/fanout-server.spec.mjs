@@ -469,6 +469,8 @@ test("an edge that has heard no writer answers 503 ERR_EDGE_READ_ONLY; a server 
   await assert.rejects(startServer({ port: 0, nats: "nats://127.0.0.1:1", edge: true, natsMaxAgeMs: 5000 }), /--nats-max-age-ms is for a writer/);
   await assert.rejects(startServer({ port: 0, dataDir: tempDir(), natsMaxBytes: 1e6 }), /--nats-max-bytes is for a writer/);
   await assert.rejects(startServer({ port: 0, dataDir: tempDir(), nats: "nats://127.0.0.1:1", natsMaxAgeMs: "10s" }), /--nats-max-age-ms must be an integer >= 1000/);
+  await assert.rejects(startServer({ port: 0, nats: "nats://127.0.0.1:1", edge: true, natsBatchMs: 5 }), /--nats-batch-ms is for a writer/);
+  await assert.rejects(startServer({ port: 0, dataDir: tempDir(), nats: "nats://127.0.0.1:1", natsBatchMs: 1001 }), /--nats-batch-ms must be an integer from 0 to 1000/);
 }, { timeout: 60_000 });
 
 test("DURABLE_TOUCH_NATS: the swapped reference's fan-out option from the environment", () => {

@@ -5,7 +5,7 @@
 //   npm run bench:scale -- --rounds 3                    # the figures of docs/scale-out.md
 //   node bench/scale.mjs [--rounds 1] [--seconds 5] [--rate 5000] [--batch 50] [--tables 256]
 //        [--chains 1000] [--steps 1000,2000,4000,6000,8000,12000,16000,24000,32000] [--stepSeconds 3]
-//        [--p99Limit 50] [--beatMs 500] [--fanEdges 4] [--fanWriterChains 10] [--reportKeys 64]
+//        [--p99Limit 50] [--beatMs 500] [--batchMs 0] [--fanEdges 4] [--fanWriterChains 10] [--reportKeys 64]
 //        [--reports 10x40,100x40,1000x2,1000x40] [--only latency,cpu,reports,fan]
 //
 // Processes: a nats-server 2.15.1 with JetStream (__test__/support/nats-server.mjs, started once
@@ -91,6 +91,8 @@ const STEPS = list("steps", "1000,2000,4000,6000,8000,12000,16000,24000,32000").
 const STEP_SECONDS = num("stepSeconds", 3);
 const P99_LIMIT = num("p99Limit", 50);
 const BEAT_MS = num("beatMs", 500);
+/** The writer's fan-out batching window (`fanout.batchMs`). */
+const BATCH_MS = num("batchMs", 0);
 const FAN_EDGES = num("fanEdges", 4);
 const FAN_WRITER_CHAINS = num("fanWriterChains", 10);
 const REPORT_KEYS = num("reportKeys", 64);
@@ -465,7 +467,7 @@ async function openSide(ctx, side, tag) {
   const dir = mkdtempSync(join(ctx.tmp, `${side}-`));
   const prefix = `scale${process.pid}x${tag}`;
   const writer = worker(`${side}-writer`);
-  const fanout = side === "edge" ? { url: ctx.nats.url, prefix, beatMs: BEAT_MS } : null;
+  const fanout = side === "edge" ? { url: ctx.nats.url, prefix, beatMs: BEAT_MS, batchMs: BATCH_MS } : null;
   await writer.call("init", { role: "writer", dir, fanout });
   const procs = [writer];
   let waiterSide = writer;
@@ -522,7 +524,7 @@ async function runCost(ctx, round_) {
   const prefix = `scale${process.pid}x${round_}pub`;
   const writer = worker("pub-writer");
   try {
-    await writer.call("init", { role: "writer", dir, fanout: { url: ctx.nats.url, prefix, beatMs: BEAT_MS } });
+    await writer.call("init", { role: "writer", dir, fanout: { url: ctx.nats.url, prefix, beatMs: BEAT_MS, batchMs: BATCH_MS } });
     await writer.call("write", { rate: 1000, seconds: 0.2, batch: 10, tables: TABLES, seed: 7 });
     log(`round ${round_ + 1}: writer cpu with fan-out`);
     out.writerPublishing = await window(ctx, { writer, waiterSide: writer, chains: 0, seconds: SECONDS, seed: 5 });
@@ -777,7 +779,7 @@ async function main() {
   const server = await startNats({ bin: nats.bin, storeDir: join(tmp, "jetstream") });
   const ctx = { tmp, nats: server, natsPid: natsPid(server.port) };
   const load0 = loadavg().map((x) => round(x, 2));
-  const params = { rounds: ROUNDS, seconds: SECONDS, rate: RATE, batch: BATCH, tables: TABLES, chains: CHAINS, steps: STEPS, stepSeconds: STEP_SECONDS, p99LimitMs: P99_LIMIT, beatMs: BEAT_MS, fanEdges: FAN_EDGES, reportKeys: REPORT_KEYS, reports: REPORTS, only: ONLY, waitTimeoutMs: WAIT_TIMEOUT_MS };
+  const params = { rounds: ROUNDS, seconds: SECONDS, rate: RATE, batch: BATCH, tables: TABLES, chains: CHAINS, steps: STEPS, stepSeconds: STEP_SECONDS, p99LimitMs: P99_LIMIT, beatMs: BEAT_MS, batchMs: BATCH_MS, fanEdges: FAN_EDGES, reportKeys: REPORT_KEYS, reports: REPORTS, only: ONLY, waitTimeoutMs: WAIT_TIMEOUT_MS };
   const env = { runtime: `node ${process.version}`, cpus: cpus().length, cpuModel: cpus()[0]?.model, nats: NATS_VERSION, clock: "performance.timeOrigin + performance.now() in each process" };
   mkdirSync(join(here, "out"), { recursive: true });
   const rounds = [];

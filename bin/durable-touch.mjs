@@ -4,7 +4,7 @@
 //   durable-touch [serve] [--port 8787] [--host 127.0.0.1] [--data ./data] [--workers N]
 //                 [--no-keep-cursors]
 //                 [--nats nats://host:4222 [--nats-prefix durable-touch] [--public-url URL]
-//                  [--nats-max-age-ms 600000] [--nats-max-bytes 268435456]]
+//                  [--nats-max-age-ms 600000] [--nats-max-bytes 268435456] [--nats-batch-ms 0]]
 //   durable-touch [serve] --edge --nats nats://host:4222 [--nats-prefix P] [--writer URL]
 //                 [--port N] [--host H]
 //   durable-touch swap <path-to-server-src | @prisma/streams-local install> [--undo]
@@ -41,6 +41,7 @@ if (command === "serve") {
       publicUrl: flag("public-url"),
       natsMaxAgeMs: flag("nats-max-age-ms"),
       natsMaxBytes: flag("nats-max-bytes"),
+      natsBatchMs: flag("nats-batch-ms"),
       edge: argv.includes("--edge"),
       writer: flag("writer"),
       ...(argv.includes("--no-keep-cursors") ? { keepCursors: false } : {}),

@@ -25,6 +25,11 @@ export interface ServerOptions {
   natsPrefix?: string;
   /** A writer's beat and an edge's interest report, in ms (the engine's default, 500). */
   natsBeatMs?: number;
+  /**
+   * A writer's batching window in ms (default 0: each flush goes at once): flushes within it
+   * share one broker message, fewer bytes per key reach each edge, this much later.
+   */
+  natsBatchMs?: number | string;
   /** A writer: the URL its edges send clients to (default its own URL). */
   publicUrl?: string;
   /**

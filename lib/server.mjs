@@ -559,6 +559,12 @@ function fanoutOptions(opts) {
   };
   const maxAgeMs = retention(opts.natsMaxAgeMs, "--nats-max-age-ms", 1_000);
   const maxBytes = retention(opts.natsMaxBytes, "--nats-max-bytes", 65_536);
+  let batchMs;
+  if (opts.natsBatchMs !== undefined && opts.natsBatchMs !== null && opts.natsBatchMs !== "") {
+    if (edge || !nats) throw new Error("--nats-batch-ms is for a writer (--nats without --edge)");
+    batchMs = Number(opts.natsBatchMs);
+    if (!Number.isSafeInteger(batchMs) || batchMs < 0 || batchMs > 1_000) throw new Error(`--nats-batch-ms must be an integer from 0 to 1000, got ${opts.natsBatchMs}`);
+  }
   if (!nats) return null;
   const prefix = opts.natsPrefix === undefined || opts.natsPrefix === "" ? "durable-touch" : String(opts.natsPrefix);
   const url = (v, what) => {
@@ -581,6 +587,7 @@ function fanoutOptions(opts) {
     beatMs: opts.natsBeatMs === undefined ? undefined : Number(opts.natsBeatMs),
     maxAgeMs,
     maxBytes,
+    batchMs,
   };
 }
 
@@ -592,6 +599,8 @@ function fanoutOptions(opts) {
  * JetStream (no env fallbacks): nats (the broker's URL: this server publishes its touches as
  * a writer), natsPrefix ("durable-touch", one per writer), natsMaxAgeMs / natsMaxBytes (a
  * writer's retention of its flushes: 10 minutes, 256 MiB; what an edge started anew can replay),
+ * natsBatchMs (a writer's batching window: 0, each flush at once; more: fewer bytes per key to
+ * each edge, that much later),
  * publicUrl (the URL a writer's edges send clients to; default its own URL), edge (serve waits and meta as an edge of the writer
  * publishing on `nats`/`natsPrefix`; no data dir), writer (an edge's writer URL, which takes
  * precedence over the one the writer's beats carry).
@@ -612,6 +621,7 @@ export async function startServer(opts = {}) {
     ...(fo.beatMs === undefined ? {} : { beatMs: fo.beatMs }),
     ...(fo.maxAgeMs === undefined ? {} : { maxAgeMs: fo.maxAgeMs }),
     ...(fo.maxBytes === undefined ? {} : { maxBytes: fo.maxBytes }),
+    ...(fo.batchMs === undefined ? {} : { batchMs: fo.batchMs }),
     ...(writerUrl ? { writerUrl } : {}),
   });
   let store;

@@ -84,6 +84,9 @@ pub struct FanoutConfig {
     pub beat_ms: Option<f64>,
     /// The writer's HTTP URL, named by edges when they refuse a request.
     pub writer_url: Option<String>,
+    /// Writer: how long a flush waits for others to share its broker message, in ms (default
+    /// 0: at once). Fewer bytes per key reach each edge, this much later.
+    pub batch_ms: Option<f64>,
 }
 
 /// What `fanoutStats()` reports.
@@ -543,6 +546,9 @@ fn parse_options(options: Option<Js>) -> crate::Result<EngineOptions> {
         }
         if let Some(v) = opt_num(&f, "beatMs")? {
             fo.beat_ms = count(v, "fanout.beatMs", 60_000.0)?.max(10.0) as u64;
+        }
+        if let Some(v) = opt_num(&f, "batchMs")? {
+            fo.batch_ms = count(v, "fanout.batchMs", 1_000.0)? as u64;
         }
         if let Some(v) = f.opt("writerUrl")?.filter(|v| !v.is_nullish()) {
             fo.writer_url = v.string("options.fanout.writerUrl")?;

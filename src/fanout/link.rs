@@ -341,6 +341,28 @@ impl Running {
                                 size += more.len();
                                 batch.push(more);
                             }
+                            // With a batching window, what comes within it joins them.
+                            let until = tokio::time::Instant::now() + Duration::from_millis(self.opts.batch_ms);
+                            let mut stopping = false;
+                            while self.opts.batch_ms > 0 && size < BATCH_BYTES {
+                                let next = tokio::time::timeout_at(until, self.rx.recv());
+                                match or_stop(&mut self.stop, next).await {
+                                    Some(Ok(Some(more))) => {
+                                        size += more.len();
+                                        batch.push(more);
+                                    }
+                                    Some(_) => break,
+                                    None => {
+                                        stopping = true;
+                                        break;
+                                    }
+                                }
+                            }
+                            if stopping {
+                                // The batch goes out first in the drain.
+                                waiting.extend(batch);
+                                break;
+                            }
                             if !self.publish(at, &batch).await {
                                 break;
                             }
@@ -1152,5 +1174,44 @@ mod broker_tests {
         eprintln!("handover after a clean close: {took:?}");
         assert!(took < crate::fanout::lease::lapse(100), "took {took:?}, as long as a lapse");
         assert!(b.stats.resumed.load(Ordering::Acquire), "its next beat carries everything");
+    }
+
+    /// With a batching window, flushes sent within it share one broker message; without, each
+    /// goes at once. An edge gets every one, in order, either way.
+    #[test]
+    fn a_batching_window_puts_what_comes_within_it_in_one_message() {
+        let Some(bin) = nats_bin() else { return eprintln!("skipped: no nats-server") };
+        let broker = Broker::start(bin);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let stored = |prefix: &str| {
+            rt.block_on(async {
+                let js = jetstream::new(async_nats::connect(broker.url()).await.unwrap());
+                let mut s = js.get_stream(stream_name(prefix)).await.unwrap();
+                s.info().await.unwrap().state.messages
+            })
+        };
+        for (prefix, batch_ms) in [("unbatched", 0), ("batched", 200)] {
+            let opts = FanoutOptions { prefix: prefix.into(), batch_ms, ..options(Side::Writer, &broker.url()) };
+            let claim = Claim { writer: 1, beat_ms: 100, ..Default::default() };
+            let mut w = Link::writer(&opts, claim, Box::new(|_| {})).unwrap();
+            w.send(vec![0]);
+            until("the first message out", Duration::from_secs(10), || w.stats.sent.load(Ordering::Relaxed) == 1);
+            for i in 1..=8u8 {
+                std::thread::sleep(Duration::from_millis(10));
+                w.send(vec![i]);
+            }
+            until("all out", Duration::from_secs(10), || w.stats.sent.load(Ordering::Relaxed) == 9);
+            w.close();
+            // The claim, its release, and the envelopes.
+            let envelopes = stored(prefix) - 2;
+            eprintln!("{prefix}: 9 messages in {envelopes} broker messages");
+            if batch_ms == 0 {
+                assert!(envelopes >= 8, "{envelopes}");
+            } else {
+                assert_eq!(envelopes, 2, "the first alone, the 8 sent within 80 ms together");
+            }
+            let (got, _) = edge_reads(&broker.url(), prefix, 9);
+            assert_eq!(got, (0..=8u8).map(|i| vec![i]).collect::<Vec<_>>());
+        }
     }
 }

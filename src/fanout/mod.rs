@@ -41,6 +41,10 @@ pub struct FanoutOptions {
     pub beat_ms: u64,
     /// Where the writer serves HTTP: edges name it when they refuse a request.
     pub writer_url: String,
+    /// Writer: how long a message waits for others to share its broker message (0: it goes at
+    /// once, with only what is queued already). Fewer, larger messages cost the broker less
+    /// per edge and put fewer bytes on the wire per key, at this much latency.
+    pub batch_ms: u64,
 }
 
 impl Default for FanoutOptions {
@@ -53,6 +57,7 @@ impl Default for FanoutOptions {
             max_bytes: 256 * 1024 * 1024,
             beat_ms: 500,
             writer_url: String::new(),
+            batch_ms: 0,
         }
     }
 }
