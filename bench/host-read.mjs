@@ -1,6 +1,6 @@
 // What a host-fed engine would cost the JS thread: the swap's design choice between (a) the
 // engine reading rows and templates through the server's own SQLite binding on the JS thread,
-// and (b) replacing that binding with ours so the engine reads natively (README, "The SQLite
+// and (b) replacing that binding with ours so the engine reads natively (docs/swap.md, "The SQLite
 // library"). Measures, under Bun, the JS-thread time to read the B6 workload's rows in
 // 500-row batches (the server's `touchMaxBatchRows`) with the compat pool's reader (the
 // reference worker's queries) through bun:sqlite, plus `processRows` handing them to the
