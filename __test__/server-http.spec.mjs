@@ -313,3 +313,45 @@ test("a read page holds at most 1 MiB of payloads (at least one row); following 
     await server.close();
   }
 });
+
+test("a wait answers the same through the server (Node's own wait path) as through the handler", async () => {
+  const { server, u } = await setup();
+  const { createHandler } = await import("../lib/server.mjs");
+  const handler = createHandler({ store: server.store, engine: server.engine });
+  try {
+    await createTouchStream(u);
+    const { cursor } = await (await fetch(u("/v1/stream/todos/touch/meta"))).json();
+    const table = keys.tableKeyId("public.todos");
+    const cases = [
+      ["/v1/stream/todos/touch/wait", { cursor, keyIds: [table], interestMode: "coarse", timeoutMs: 1 }],
+      ["/v1/stream/todos/touch/wait/?ignored=1", { cursor, keyIds: [table], timeoutMs: 1 }],
+      ["/v1/stream/todos/touch/wait", { cursor: "not-a-cursor", keyIds: [table], timeoutMs: 1 }],
+      ["/v1/stream/todos/touch/wait", { cursor, timeoutMs: 1 }],
+      ["/v1/stream/todos/touch/wait", [1, 2]],
+      ["/v1/stream/todos/touch/wait", "{not json"],
+      ["/v1/stream/todos/touch/wait", ""],
+      ["/v1/stream/todos/touch/wait", new Uint8Array([0x7b, 0xff, 0x7d])],
+      ["/v1/stream/nope/touch/wait", { cursor, keyIds: [table], timeoutMs: 1 }],
+      ["/v1/stream/a%2Fb/touch/wait", { cursor, keyIds: [table], timeoutMs: 1 }],
+      ["/v1/stream/%E0%A4%A/touch/wait", { cursor, keyIds: [table], timeoutMs: 1 }],
+      ["/v1/stream/todos/x/../touch/wait", { cursor, keyIds: [table], timeoutMs: 1 }],
+      ["/v1/stream/todos/touch/wait", { cursor, keys: Array.from({ length: 70_000 }, (_, i) => String(i)), timeoutMs: 1 }],
+    ];
+    for (const [path, body] of cases) {
+      const bytes = typeof body === "string" || body instanceof Uint8Array ? body : JSON.stringify(body);
+      const viaServer = await fetch(u(path), { method: "POST", headers: JSON_HEADERS, body: bytes });
+      const viaHandler = await handler.fetch(new Request(`http://localhost${path}`, { method: "POST", headers: JSON_HEADERS, body: bytes }));
+      const [a, b] = [await viaServer.text(), await viaHandler.text()];
+      const what = `${path} ${String(bytes).slice(0, 40)}`;
+      assert.equal(viaServer.status, viaHandler.status, `${what}: ${a} / ${b}`);
+      assert.equal(viaServer.headers.get("content-type"), viaHandler.headers.get("content-type"), what);
+      assert.deepEqual(JSON.parse(a), JSON.parse(b), what);
+    }
+    // Too large: refused before it is read whole.
+    const huge = await fetch(u("/v1/stream/todos/touch/wait"), { method: "POST", headers: JSON_HEADERS, body: " ".repeat(10 * 1024 * 1024 + 1) });
+    assert.equal(huge.status, 413);
+    assert.equal((await huge.json()).error.code, "ERR_PAYLOAD_TOO_LARGE");
+  } finally {
+    await server.close();
+  }
+});

@@ -57,11 +57,16 @@ class HttpError extends Error {
   }
 }
 
-const json = (status, body, headers = {}) =>
-  new Response(JSON.stringify(body, (_, v) => (typeof v === "bigint" ? v.toString() : v)), {
-    status,
-    headers: { "content-type": "application/json", ...headers },
-  });
+/** JSON text, bigints as strings. */
+const jsonText = (body) => JSON.stringify(body, (_, v) => (typeof v === "bigint" ? v.toString() : v));
+
+/**
+ * A reply as plain data (`{ status, body, headers }`, body a string or null): what the Node wait
+ * path writes without fetch objects; `toResponse` makes the Fetch API's of it.
+ */
+const reply = (status, body, headers = {}) => ({ status, body: jsonText(body), headers: { "content-type": "application/json", ...headers } });
+const toResponse = (r) => new Response(r.body, { status: r.status, headers: r.headers });
+const json = (status, body, headers = {}) => toResponse(reply(status, body, headers));
 
 /**
  * An edge's answer to what only the writer serves: 307 to `writer` + the request's path and
@@ -69,24 +74,28 @@ const json = (status, body, headers = {}) =>
  * request there), or 503 while the writer's URL is unknown. Both carry ERR_EDGE_READ_ONLY and
  * `writer` (null when unknown).
  */
-function readOnly(url, writer, unheard = null) {
+function readOnlyReply(url, writer, unheard = null) {
   const why = unheard === null ? "this edge serves touch waits and meta only" : `this edge has not heard of stream ${JSON.stringify(unheard)} from its writer yet`;
   if (!writer) {
     const message = `${why}, and does not know the writer's URL yet (no beat from it heard, no --writer given)`;
-    return json(503, { error: { code: "ERR_EDGE_READ_ONLY", message, writer: null } });
+    return reply(503, { error: { code: "ERR_EDGE_READ_ONLY", message, writer: null } });
   }
   const base = writer.replace(/\/+$/, "");
   const message = `${why}; send this to the writer at ${base}`;
-  return json(307, { error: { code: "ERR_EDGE_READ_ONLY", message, writer: base } }, { location: `${base}${url.pathname}${url.search}` });
+  return reply(307, { error: { code: "ERR_EDGE_READ_ONLY", message, writer: base } }, { location: `${base}${url.pathname}${url.search}` });
 }
 
-function errorResponse(e) {
+const readOnly = (url, writer, unheard = null) => toResponse(readOnlyReply(url, writer, unheard));
+
+function errorReply(e) {
   const headers = e?.code === "ERR_SEQ_MISMATCH" && e.expectedNext !== undefined ? { "stream-expected-offset": String(e.expectedNext) } : {};
-  if (e instanceof HttpError) return json(e.status, { error: { code: e.code, message: e.message } }, headers);
+  if (e instanceof HttpError) return reply(e.status, { error: { code: e.code, message: e.message } }, headers);
   const status = STATUS[e?.code] ?? 500;
   const code = status === 500 ? (e?.code ?? "ERR_INTERNAL") : e.code;
-  return json(status, { error: { code, message: String(e?.message ?? e) } }, headers);
+  return reply(status, { error: { code, message: String(e?.message ?? e) } }, headers);
 }
+
+const errorResponse = (e) => toResponse(errorReply(e));
 
 /**
  * The most payload bytes one read answers (at least one row), the reference's
@@ -240,6 +249,22 @@ export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024, edg
     return info;
   }
 
+  /**
+   * A touch wait on stream `name` with the JSON body `bytes`, as a plain reply: the route's, and
+   * the Node server's own path for waits (`waitReply`), which makes no fetch objects.
+   */
+  async function wait(name, bytes, signal, url) {
+    const body = await parseJson(bytes, "wait body", { maxValues: MAX_REQUEST_VALUES });
+    if (!body || typeof body !== "object" || Array.isArray(body)) throw badRequest("wait body must be a JSON object");
+    try {
+      return reply(200, await engine.wait({ ...body, stream: name, signal }));
+    } catch (e) {
+      if (e?.code === "ERR_ABORTED") return { status: 204, body: null, headers: {} };
+      if (edge && UNHEARD.has(e?.code)) return readOnlyReply(url(), writerOf(null), name);
+      throw e;
+    }
+  }
+
   async function route(req) {
     if (FORBIDDEN_METHODS.has(req.method)) throw new HttpError(405, "ERR_METHOD_NOT_ALLOWED", "unsupported method");
     if (!validHost(req.headers.get("host"))) throw badRequest("invalid Host header");
@@ -286,16 +311,7 @@ export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024, edg
 
     if (sub === "wait") {
       only("POST");
-      const body = await readJson(req, bodyLimit, "wait body");
-      if (!body || typeof body !== "object" || Array.isArray(body)) throw badRequest("wait body must be a JSON object");
-      try {
-        const r = await engine.wait({ ...body, stream: name, signal: req.signal });
-        return json(200, r);
-      } catch (e) {
-        if (e?.code === "ERR_ABORTED") return new Response(null, { status: 204 });
-        if (edge && UNHEARD.has(e?.code)) return readOnly(url, writerOf(null), name);
-        throw e;
-      }
+      return toResponse(await wait(name, await readBody(req, bodyLimit), req.signal, () => url));
     }
     if (sub === "meta") {
       only("GET");
@@ -416,6 +432,32 @@ export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024, edg
   }
 
   return {
+    /**
+     * A touch wait (`POST /v1/stream/:name/touch/wait`) as the Node server's own path serves it,
+     * without fetch objects: the answer `fetch` gives, as a plain reply. `rawName` is the name
+     * as the path has it (percent-encoded), `rawUrl` the request's URL.
+     */
+    async waitReply(rawName, bytes, signal, rawUrl) {
+      const url = () => new URL(rawUrl, "http://localhost");
+      try {
+        let name;
+        try {
+          name = decodeURIComponent(rawName);
+        } catch {
+          throw badRequest("invalid stream name");
+        }
+        return await wait(name, bytes, signal, url);
+      } catch (e) {
+        if (edge && e?.code === "ERR_EDGE_READ_ONLY") {
+          try {
+            return readOnlyReply(url(), writerOf(e));
+          } catch (e2) {
+            return errorReply(e2);
+          }
+        }
+        return errorReply(e);
+      }
+    },
     async fetch(req) {
       try {
         return await route(req);
@@ -443,59 +485,111 @@ function rawError(http, status, code, message) {
   );
 }
 
+/**
+ * The stream name (percent-encoded) of a touch wait's URL, or null. Paths with dot segments or
+ * backslashes are left to the general path, whose URL parser normalizes them.
+ */
+function waitPath(url) {
+  const m = /^\/v1\/stream\/([^?#]+)\/touch\/wait\/*(?:\?[^#]*)?$/.exec(url);
+  if (m === null || /(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)|\\/i.test(m[1])) return null;
+  return m[1];
+}
+
+/** Writes a plain reply (see `reply`) unless the client is gone. */
+function writeReply(res, r) {
+  if (res.destroyed) return;
+  res.writeHead(r.status, r.headers);
+  if (r.body === null) res.end();
+  else res.end(r.body);
+}
+
+/**
+ * A touch wait on Node: the body read from the request's events, the handler's plain reply
+ * written back. A parked wait is what a server holds most of, so this path makes none of the
+ * general path's per-request objects (a fetch Request and Response, an async iterator over the
+ * body, the Response's body read back out); it answers as `fetch` does.
+ */
+function serveWait(handler, req, res, name, bodyLimit) {
+  const ac = new AbortController();
+  res.on("close", () => {
+    if (!res.writableFinished) ac.abort();
+  });
+  const chunks = [];
+  let size = 0;
+  req.on("data", (c) => {
+    size += c.length;
+    if (size <= bodyLimit) chunks.push(c);
+  });
+  req.on("end", () => {
+    if (size > bodyLimit) return writeReply(res, errorReply(new HttpError(413, "ERR_PAYLOAD_TOO_LARGE", `body too large (max ${bodyLimit})`)));
+    const bytes = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
+    handler.waitReply(name, bytes, ac.signal, req.url).then(
+      (r) => writeReply(res, r),
+      (e) => writeReply(res, errorReply(e)),
+    );
+  });
+}
+
+/** Any other request on Node: made a fetch Request for the handler, its Response written back. */
+async function serveGeneral(handler, req, res, bodyLimit) {
+  const ac = new AbortController();
+  res.on("close", () => {
+    if (!res.writableFinished) ac.abort();
+  });
+  try {
+    const chunks = [];
+    let size = 0;
+    let tooLarge = false;
+    for await (const c of req) {
+      size += c.length;
+      if (size > bodyLimit) {
+        tooLarge = true;
+        break;
+      }
+      chunks.push(c);
+    }
+    let response;
+    if (tooLarge) {
+      response = errorResponse(new HttpError(413, "ERR_PAYLOAD_TOO_LARGE", `body too large (max ${bodyLimit})`));
+    } else if (FORBIDDEN_METHODS.has(req.method)) {
+      // What Bun.serve passes on to the handler, which refuses it; a Request cannot carry it.
+      response = errorResponse(new HttpError(405, "ERR_METHOD_NOT_ALLOWED", "unsupported method"));
+    } else if (!validHost(req.headers.host)) {
+      response = errorResponse(badRequest("invalid Host header"));
+    } else {
+      const hasBody = req.method !== "GET" && req.method !== "HEAD";
+      let request;
+      try {
+        request = new Request(`http://${req.headers.host || "localhost"}${req.url}`, { method: req.method, headers: req.headers, signal: ac.signal });
+        // The body goes to the handler as it came, not through the Request's stream (which
+        // copies it twice more on the event loop).
+        if (hasBody && size > 0) request[NODE_BODY] = Buffer.concat(chunks);
+      } catch (e) {
+        request = null;
+        response = errorResponse(badRequest(`malformed request: ${e?.message ?? e}`));
+      }
+      if (request) response = await handler.fetch(request);
+    }
+    if (res.destroyed) return;
+    res.statusCode = response.status;
+    response.headers.forEach((v, k) => res.setHeader(k, v));
+    const body = response.body ? Buffer.from(await response.arrayBuffer()) : null;
+    res.end(body);
+  } catch (e) {
+    if (!res.headersSent && !res.destroyed) {
+      res.statusCode = 500;
+      res.end(JSON.stringify({ error: { code: "ERR_INTERNAL", message: String(e?.message ?? e) } }));
+    }
+  }
+}
+
 /** Serves `handler` with Node's http module; a closed client connection aborts its request. */
 async function serveNode(handler, { port, host, bodyLimit }) {
   const http = await import("node:http");
-  const server = http.createServer(async (req, res) => {
-    const ac = new AbortController();
-    res.on("close", () => {
-      if (!res.writableFinished) ac.abort();
-    });
-    try {
-      const chunks = [];
-      let size = 0;
-      let tooLarge = false;
-      for await (const c of req) {
-        size += c.length;
-        if (size > bodyLimit) {
-          tooLarge = true;
-          break;
-        }
-        chunks.push(c);
-      }
-      let response;
-      if (tooLarge) {
-        response = errorResponse(new HttpError(413, "ERR_PAYLOAD_TOO_LARGE", `body too large (max ${bodyLimit})`));
-      } else if (FORBIDDEN_METHODS.has(req.method)) {
-        // What Bun.serve passes on to the handler, which refuses it; a Request cannot carry it.
-        response = errorResponse(new HttpError(405, "ERR_METHOD_NOT_ALLOWED", "unsupported method"));
-      } else if (!validHost(req.headers.host)) {
-        response = errorResponse(badRequest("invalid Host header"));
-      } else {
-        const hasBody = req.method !== "GET" && req.method !== "HEAD";
-        let request;
-        try {
-          request = new Request(`http://${req.headers.host || "localhost"}${req.url}`, { method: req.method, headers: req.headers, signal: ac.signal });
-          // The body goes to the handler as it came, not through the Request's stream (which
-          // copies it twice more on the event loop).
-          if (hasBody && size > 0) request[NODE_BODY] = Buffer.concat(chunks);
-        } catch (e) {
-          request = null;
-          response = errorResponse(badRequest(`malformed request: ${e?.message ?? e}`));
-        }
-        if (request) response = await handler.fetch(request);
-      }
-      if (res.destroyed) return;
-      res.statusCode = response.status;
-      response.headers.forEach((v, k) => res.setHeader(k, v));
-      const body = response.body ? Buffer.from(await response.arrayBuffer()) : null;
-      res.end(body);
-    } catch (e) {
-      if (!res.headersSent && !res.destroyed) {
-        res.statusCode = 500;
-        res.end(JSON.stringify({ error: { code: "ERR_INTERNAL", message: String(e?.message ?? e) } }));
-      }
-    }
+  const server = http.createServer((req, res) => {
+    const wait = req.method === "POST" && typeof handler.waitReply === "function" ? waitPath(req.url) : null;
+    if (wait !== null && validHost(req.headers.host)) serveWait(handler, req, res, wait, bodyLimit);
+    else serveGeneral(handler, req, res, bodyLimit);
   });
   // Requests Node's parser refuses never reach the handler: answer them with a coded JSON
   // error too (Node's own answer has an empty body).
@@ -651,8 +745,10 @@ export async function startServer(opts = {}) {
     const until = Date.now() + EDGE_FIRST_BEAT_MS;
     while (!(engine.fanoutStats()?.beats > 0) && Date.now() < until) await new Promise((r) => setTimeout(r, 5));
   }
+  const starting = () => errorReply(new HttpError(503, "ERR_STARTING", "the server is starting"));
   const front = {
-    fetch: (req) => (handler ? handler.fetch(req) : Promise.resolve(errorResponse(new HttpError(503, "ERR_STARTING", "the server is starting")))),
+    fetch: (req) => (handler ? handler.fetch(req) : Promise.resolve(toResponse(starting()))),
+    waitReply: (...args) => (handler ? handler.waitReply(...args) : Promise.resolve(starting())),
   };
   let http;
   try {
