@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
-import { test, dt, tempDir, sleep } from "./harness.mjs";
+import { test, dt, tempDir, sleep, isBun } from "./harness.mjs";
 import { startServer } from "../lib/server.mjs";
 import { encodeOffset } from "../lib/offsets.mjs";
 import { rng } from "./support/random-cases.mjs";
@@ -355,3 +355,56 @@ test("a wait answers the same through the server (Node's own wait path) as throu
     await server.close();
   }
 });
+
+test("at its descriptor limit the Node server keeps serving what it holds, and says so once", async () => {
+  const net = await import("node:net");
+  const { spawn: spawnChild } = await import("node:child_process");
+  const data = tempDir();
+  const child = spawnChild("bash", ["-c", `ulimit -n 256 && exec "${process.execPath}" bin/durable-touch.mjs serve --port 0 --data "${data}"`], { cwd: root, stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  let err = "";
+  child.stdout.on("data", (d) => (out += d));
+  child.stderr.on("data", (d) => (err += d));
+  const sockets = [];
+  try {
+    const url = await new Promise((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error(`no URL: ${out} ${err}`)), 20_000);
+      child.stdout.on("data", () => {
+        const m = /listening on (http:\/\/[^ ]+)/.exec(out);
+        if (m) {
+          clearTimeout(t);
+          resolve(m[1]);
+        }
+      });
+    });
+    const u = (p) => `${url}${p}`;
+    await createTouchStream(u);
+    const { cursor } = await (await fetch(u("/v1/stream/todos/touch/meta"))).json();
+    const body = JSON.stringify({ cursor, keyIds: [keys.tableKeyId("public.todos")], interestMode: "coarse", timeoutMs: 30_000 });
+    const { port } = new URL(url);
+    const closed = [];
+    for (let i = 0; i < 300; i++) {
+      const s = net.connect(Number(port), "127.0.0.1");
+      s.on("error", () => {});
+      s.on("close", () => closed.push(i));
+      s.write(`POST /v1/stream/todos/touch/wait HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+      sockets.push(s);
+    }
+    // The watch looks every 2 s.
+    const deadline = Date.now() + 10_000;
+    while (!/descriptors/.test(err) && Date.now() < deadline) await sleep(100);
+    assert.match(err, /at this process's limit of 256 descriptors/);
+    assert.ok(closed.length > 0, "past the limit, connections are closed unanswered");
+    await sleep(2_500);
+    assert.equal(err.match(/descriptors/g).length, 1, `said once: ${err}`);
+    // Connections go: it serves again.
+    for (const s of sockets.splice(0, 150)) s.destroy();
+    await sleep(200);
+    const meta = await fetch(u("/v1/stream/todos/touch/meta"));
+    assert.equal(meta.status, 200);
+    assert.ok((await meta.json()).activeWaiters > 0, "the waits it held are still parked");
+  } finally {
+    for (const s of sockets) s.destroy();
+    child.kill("SIGKILL");
+  }
+}, { skip: isBun, timeout: 60_000 });

@@ -24,7 +24,7 @@
 // resends it there with its method and body), with `{ error: { code: "ERR_EDGE_READ_ONLY",
 // message, writer } }`; 503 with that code while the writer's URL is not known.
 import { createRequire } from "node:module";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { encodeOffset, decodeOffset } from "./offsets.mjs";
 import { validateStateProtocolRecord } from "./state-protocol.mjs";
@@ -583,6 +583,44 @@ async function serveGeneral(handler, req, res, bodyLimit) {
   }
 }
 
+/** This process's limit on open descriptors (Linux: /proc/self/limits), or null. */
+function descriptorLimit() {
+  try {
+    const m = /^Max open files\s+(\d+)/m.exec(readFileSync("/proc/self/limits", "utf8"));
+    return m ? Number(m[1]) : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * At its descriptor limit a Node server survives, but says nothing: libuv accepts each new
+ * connection and closes it at once (clients see the connection closed, no answer). This says
+ * so on stderr, once each time the connections come within 64 of the limit (again only after
+ * they fell below 90% of it). Returns the interval to clear.
+ */
+function watchDescriptors(server, everyMs = 2_000) {
+  const limit = descriptorLimit();
+  if (limit === null) return undefined;
+  let warned = false;
+  const t = setInterval(() => {
+    server.getConnections((err, n) => {
+      if (err) return;
+      if (!warned && n >= limit - 64) {
+        warned = true;
+        console.error(
+          `durable-touch: ${n} connections open, at this process's limit of ${limit} descriptors: new connections are closed unanswered ` +
+            `until some close (raise the limit, ulimit -n, or spread clients over more processes)`,
+        );
+      } else if (warned && n < limit * 0.9) {
+        warned = false;
+      }
+    });
+  }, everyMs);
+  t.unref?.();
+  return t;
+}
+
 /** Serves `handler` with Node's http module; a closed client connection aborts its request. */
 async function serveNode(handler, { port, host, bodyLimit }) {
   const http = await import("node:http");
@@ -614,9 +652,11 @@ async function serveNode(handler, { port, host, bodyLimit }) {
   server.headersTimeout = 140_000;
   await new Promise((r) => server.listen(port, host, r));
   const address = server.address();
+  const watch = watchDescriptors(server);
   return {
     port: address.port,
     async close() {
+      clearInterval(watch);
       await new Promise((r) => {
         server.close(() => r());
         // Idle keep-alive connections go now; busy ones get a moment to finish their answer.
