@@ -1,12 +1,13 @@
 // Parked-wait density (issue 34, item 4): what one parked HTTP long-poll wait costs a server
 // process, and how fast a mass wake is answered.
 //
-//   node bench/density.mjs [--n 10000,max] [--rounds 1] [--targets ours,reference,floor-node,floor-bun]
+//   node bench/density.mjs [--n 10000,max] [--rounds 1] [--targets ours,ours-bun,reference,floor-node,floor-bun]
 //        [--ours-timeout 30000] [--idle-seconds 5] [--emfile 1|0|only] [--emfile-targets ours] [--emfile-limit 1000]
 //        [--emfile-conns 1200]
 //
 // Targets, each a fresh child server process per round and N (127.0.0.1, port 0, a temp dir):
 //   ours        node --expose-gc bin/durable-touch.mjs serve (lib/server.mjs on node:http)
+//   ours-bun    the same under node_modules/.bin/bun (lib/server.mjs on Bun.serve)
 //   reference   bun node_modules/@prisma/streams-server/src/server.ts --object-store local --no-auth
 //               (unswapped; DS_ROOT = the temp dir, PORT=0)
 //   floor-node  this file --role floor-node: bare node:http, reads each POST's body, keeps its `res`
@@ -62,7 +63,7 @@ const PROBE = join(here, "density-probe.mjs");
 const BUN = join(root, "node_modules", ".bin", "bun");
 const REFERENCE_SERVER = join(root, "node_modules", "@prisma", "streams-server", "src", "server.ts");
 const STREAM = "d";
-const TARGETS = ["ours", "reference", "floor-node", "floor-bun"];
+const TARGETS = ["ours", "ours-bun", "reference", "floor-node", "floor-bun"];
 const REF_TIMEOUT_MS = 4000;
 const PARK_CAP_MS = 60_000; // opening sockets stops after this (a saturated server): N is what was opened
 
@@ -458,6 +459,9 @@ function startTarget(target, { dataDir, rareKey, fdLimit: limit } = {}) {
     case "ours":
       [cmd, args] = [process.execPath, ["--expose-gc", "--import", PROBE, join(root, "bin", "durable-touch.mjs"), "serve", "--port", "0", "--data", dataDir]];
       break;
+    case "ours-bun":
+      [cmd, args] = [BUN, ["--no-install", "--preload", PROBE, join(root, "bin", "durable-touch.mjs"), "serve", "--port", "0", "--data", dataDir]];
+      break;
     case "reference":
       [cmd, args] = [BUN, ["--no-install", "--preload", PROBE, REFERENCE_SERVER, "--object-store", "local", "--no-auth"]];
       Object.assign(env, { DS_ROOT: dataDir, PORT: "0" });
@@ -568,7 +572,7 @@ async function measure(target, n, opts) {
     const cursor = kind === "stream" ? await setupStream(srv) : "0";
     await sleep(500);
     const idle = await memory(srv);
-    const timeoutMs = target === "reference" ? REF_TIMEOUT_MS : target === "ours" ? opts.oursTimeout : 0;
+    const timeoutMs = target === "reference" ? REF_TIMEOUT_MS : target.startsWith("ours") ? opts.oursTimeout : 0;
     progress(`${target} N=${n}: listening, idle RSS ${round(idle.rssKb / 1024)} MB; parking`);
     const park = await client.cmd("park", { port: srv.port, n, cursor, commonKey, rareKey, timeoutMs, kind, reconnect: true, capMs: PARK_CAP_MS });
     if (park.error) throw new Error(park.error);

@@ -727,7 +727,7 @@ async fn consume(
                 }
                 lease_hi = lease;
                 for msg in inner {
-                    if out.send(msg.to_vec()).is_err() {
+                    if out.send(msg).is_err() {
                         return;
                     }
                 }

@@ -3,7 +3,8 @@
 //! writer's answers; the edges' interest comes back, so the writer emits fine touches for
 //! waits it does not hold (issue 28).
 //!
-//! - [`wire`]: the messages and their binary form (pure);
+//! - [`wire`]: the messages and their binary form (pure), a flush's key ids as a set
+//!   ([`keyset`]);
 //! - [`link`]: the NATS client on its own runtime thread (publish in order, consume in order);
 //! - `engine::fanout` (in the engine): what a writer publishes (flush records, beats) and how
 //!   an edge's engine applies them (mirrors, gaps, the writer's view of each stream).
@@ -12,6 +13,7 @@
 //! writer's cursor, and a gap is never silent (older cursors answer `stale`, parked waiters
 //! are woken).
 
+pub mod keyset;
 pub mod lease;
 pub mod link;
 pub mod wire;
