@@ -17,13 +17,16 @@
 //! - [`fanout`]: a writer's flushes and beats for edges, and an edge's mirrors of them;
 //! - [`keep`]: journals taken up at open and kept at close ([`crate::durable`]);
 //! - [`runtime`]: the in-memory state of each stream;
-//! - [`process`]: one processing batch and the loop that schedules them (M1–M18);
+//! - [`process`]: the processing loop that schedules batches, and a pass on demand (M1, M2,
+//!   M16–M18);
+//! - [`batch`]: one processing batch of one stream (M3–M15);
 //! - this module: [`TouchEngine`]: opening, profiles, templates and closing.
 //!
 //! Processing is event-driven: the engine registers an append hook on the store, so a
 //! committed append marks its stream dirty and wakes the loop at once; the interval tick stays
 //! as a safety net (for rows written by another process, backoffs and upkeep).
 
+mod batch;
 pub mod fanout;
 pub mod hot;
 pub mod interest;
