@@ -1,0 +1,412 @@
+//! Conversions for `TouchEngine`: its options and arguments read from JS, and the core's
+//! replies and views as the objects of [`super::types`].
+
+use napi::bindgen_prelude::*;
+
+use super::types::{
+    ActivateResult, ActivatedTemplate, CollectorStats, DeniedTemplate, EngineMemoryStats, EngineStats,
+    KeptJournalStats, LifecycleStats, StaleError, StreamRuntimeStats, TemplateLimitsJs, TickFailure, TickResult,
+    TopStreamEntry, TouchMeta, TouchRuntime, WaitResult,
+};
+use crate::bindings::napi::abort;
+use crate::bindings::napi::helpers::{self, Helper};
+use crate::bindings::napi::value::{to_js, RawValue};
+use crate::bindings::napi::{Js, Out};
+use crate::engine::policy::TouchMode;
+use crate::engine::process::TickReport;
+use crate::engine::templates::{ActivateOutcome, TemplateLimits};
+use crate::engine::wait::{WaitKind, WaitReply, MAX_WAIT_LIST};
+use crate::engine::{EngineOptions, EngineStatsView, MemoryView, RuntimeView, TopStream, TouchMetaView};
+use crate::error::Error;
+use crate::jscompat::json::Value;
+
+fn opt_num(o: &Js, key: &str) -> crate::Result<Option<f64>> {
+    o.opt(key)?.map(|v| v.number(&format!("options.{key}"))).transpose()
+}
+
+pub(super) fn parse_options(options: Option<Js>) -> crate::Result<EngineOptions> {
+    let mut o = EngineOptions::default();
+    let Some(opts) = options.filter(|v| !v.is_nullish()) else { return Ok(o) };
+    let opts = opts.object("options")?;
+    let count = |v: f64, what: &str, max: f64| -> crate::Result<f64> {
+        if !v.is_finite() || v.fract() != 0.0 || v < 0.0 || v > max {
+            return Err(Error::invalid(format!("options.{what} must be an integer in [0, {max}]")));
+        }
+        Ok(v)
+    };
+    if let Some(v) = opt_num(&opts, "workers")? {
+        o.workers = count(v, "workers", 64.0)?.max(1.0) as usize;
+    }
+    if let Some(v) = opt_num(&opts, "checkIntervalMs")? {
+        o.check_interval_ms = count(v, "checkIntervalMs", 3_600_000.0)? as u64;
+    }
+    if let Some(v) = opt_num(&opts, "maxBatchRows")? {
+        o.max_batch_rows = count(v, "maxBatchRows", 1_000_000.0)?.max(1.0) as usize;
+    }
+    if let Some(v) = opt_num(&opts, "maxBatchBytes")? {
+        o.max_batch_bytes = count(v, "maxBatchBytes", 1e12)?.max(1.0) as u64;
+    }
+    if let Some(v) = opts.opt("autoProcess")? {
+        o.auto_process = v.boolean("options.autoProcess")?;
+    }
+    if let Some(v) = opt_num(&opts, "profilePollMs")? {
+        o.profile_poll_ms = count(v, "profilePollMs", 3_600_000.0)? as u64;
+    }
+    if let Some(v) = opts.opt("records")? {
+        o.records = v.boolean("options.records")?;
+    }
+    if let Some(v) = opts.opt("keepCursors")? {
+        o.keep_cursors = v.boolean("options.keepCursors")?;
+    }
+    if let Some(f) = opts.opt("fanout")?.filter(|v| !v.is_nullish()) {
+        let f = f.object("options.fanout")?;
+        let mut fo = crate::fanout::FanoutOptions {
+            role: match f.opt("role")?.map(|v| v.string("options.fanout.role")).transpose()?.as_deref() {
+                Some("writer") => crate::fanout::Role::Writer,
+                Some("edge") => crate::fanout::Role::Edge,
+                _ => return Err(Error::invalid("options.fanout.role must be 'writer' or 'edge'")),
+            },
+            ..Default::default()
+        };
+        fo.url = f
+            .opt("url")?
+            .ok_or_else(|| Error::invalid("options.fanout.url is required"))?
+            .string("options.fanout.url")?;
+        if let Some(v) = f.opt("prefix")?.filter(|v| !v.is_nullish()) {
+            let p = v.string("options.fanout.prefix")?;
+            if p.is_empty() || p.len() > 64 || !p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+                return Err(Error::invalid("options.fanout.prefix must be 1-64 of [A-Za-z0-9_-]"));
+            }
+            fo.prefix = p;
+        }
+        if let Some(v) = opt_num(&f, "maxAgeMs")? {
+            fo.max_age_ms = count(v, "fanout.maxAgeMs", 365.0 * 86_400_000.0)?.max(1_000.0) as u64;
+        }
+        if let Some(v) = opt_num(&f, "maxBytes")? {
+            fo.max_bytes = count(v, "fanout.maxBytes", 1e15)?.max(65_536.0) as i64;
+        }
+        if let Some(v) = opt_num(&f, "beatMs")? {
+            fo.beat_ms = count(v, "fanout.beatMs", 60_000.0)?.max(10.0) as u64;
+        }
+        if let Some(v) = opt_num(&f, "batchMs")? {
+            fo.batch_ms = count(v, "fanout.batchMs", 1_000.0)? as u64;
+        }
+        if let Some(v) = f.opt("writerUrl")?.filter(|v| !v.is_nullish()) {
+            fo.writer_url = v.string("options.fanout.writerUrl")?;
+        }
+        o.fanout = Some(fo);
+    }
+    Ok(o)
+}
+
+pub(super) fn value_of(v: Option<Js>, what: &str) -> crate::Result<Value> {
+    Ok(v.map(|v| v.to_value(what)).transpose()?.flatten().unwrap_or(Value::Undefined))
+}
+
+/// `WaitKind`'s index in `WAIT_KINDS` of `lib/internal/helpers.js`.
+fn kind_code(kind: WaitKind) -> u32 {
+    match kind {
+        WaitKind::FineKey => 0,
+        WaitKind::TemplateKey => 1,
+        WaitKind::TableKey => 2,
+    }
+}
+
+/// The JS reply of a wait: built by `makeWaitReply` (`lib/internal/helpers.js`) unless stale,
+/// which carries more fields and is rare.
+pub(super) fn wait_reply_js(env: &Env, r: WaitReply) -> crate::Result<RawValue> {
+    if r.stale || r.epoch.is_some() || r.generation.is_some() {
+        return to_js(env, wait_reply(r)).map_err(|e| Error::Internal(e.reason));
+    }
+    let out = Out::new(env);
+    let values = (|| {
+        Ok::<_, napi::Error>([
+            out.bool(r.touched)?,
+            // Both are ASCII: a cursor is hex, a colon and digits.
+            out.latin1(r.cursor.as_bytes())?,
+            out.u32(kind_code(r.effective_wait_kind))?,
+            out.latin1(r.bucket_max_source_offset_seq.to_string().as_bytes())?,
+            out.num(r.flush_at_ms as f64)?,
+            out.num(r.bucket_start_ms as f64)?,
+        ])
+    })()
+    .map_err(|e| Error::Internal(e.reason))?;
+    helpers::call(env, Helper::MakeWaitReply, &values).map(|v| v.raw())
+}
+
+fn wait_reply(r: WaitReply) -> WaitResult {
+    WaitResult {
+        touched: r.touched,
+        stale: r.stale.then_some(true),
+        cursor: r.cursor,
+        epoch: r.epoch,
+        generation: r.generation,
+        effective_wait_kind: r.effective_wait_kind.as_str().into(),
+        bucket_max_source_offset_seq: r.bucket_max_source_offset_seq.to_string(),
+        flush_at_ms: r.flush_at_ms as f64,
+        bucket_start_ms: r.bucket_start_ms as f64,
+        error: r.stale.then(|| StaleError {
+            code: "stale".into(),
+            message: "cursor epoch mismatch; rerun/re-subscribe and start from cursor".into(),
+        }),
+    }
+}
+
+pub(super) fn meta_js(v: TouchMetaView) -> TouchMeta {
+    let m = &v.journal;
+    let r: &RuntimeView = &v.runtime;
+    let t = &r.totals;
+    let w = &r.journal.wake;
+    TouchMeta {
+        mode: "memory".into(),
+        cursor: m.cursor.clone(),
+        epoch: m.epoch.clone(),
+        generation: m.generation,
+        bucket_ms: m.bucket_ms as f64,
+        coalesce_ms: m.coalesce_ms as f64,
+        filter_size: m.filter_size as f64,
+        k: m.k,
+        pending_keys: m.pending_keys as f64,
+        overflow_buckets: m.overflow_buckets as f64,
+        active_waiters: m.active_waiters as f64,
+        bucket_max_source_offset_seq: m.bucket_max_source_offset_seq.to_string(),
+        last_flush_at_ms: m.last_flush_at_ms as f64,
+        flush_interval_ms_max_last10s: m.flush_interval_ms_max_last_10s as f64,
+        flush_interval_ms_p95_last10s: m.flush_interval_ms_p95_last_10s as f64,
+        settled: v.settled,
+        coarse_interval_ms: v.coarse_interval_ms,
+        touch_coalesce_window_ms: v.touch_coalesce_window_ms,
+        active_templates: v.active_templates as f64,
+        lag_source_offsets: v.lag_source_offsets as f64,
+        touch_mode: v.touch_mode.as_str().into(),
+        wal_scanned_through: v.processed_through.map(|p| crate::store::encode_offset(v.stream_epoch as u32, p)),
+        hot_fine_keys: r.hot_fine_keys as f64,
+        hot_templates: r.hot_templates as f64,
+        hot_fine_keys_active: r.hot_fine_keys_active as f64,
+        hot_fine_keys_grace: r.hot_fine_keys_grace as f64,
+        hot_templates_active: r.hot_templates_active as f64,
+        hot_templates_grace: r.hot_templates_grace as f64,
+        fine_waiters_active: r.fine_waiters_active as f64,
+        coarse_waiters_active: r.coarse_waiters_active as f64,
+        broad_fine_waiters_active: r.broad_fine_waiters_active as f64,
+        hot_key_filtering_enabled: r.hot_key_filtering_enabled,
+        hot_template_filtering_enabled: r.hot_template_filtering_enabled,
+        scan_rows_total: t.scan_rows,
+        scan_batches_total: t.scan_batches,
+        scanned_but_emitted0_batches_total: t.scanned_but_emitted0_batches,
+        processed_through_delta_total: t.processed_through_delta,
+        touches_emitted_total: t.touches_emitted,
+        touches_table_total: t.touches_table,
+        touches_template_total: t.touches_template,
+        fine_touches_dropped_due_to_budget_total: t.fine_touches_dropped_due_to_budget,
+        fine_touches_skipped_cold_template_total: t.fine_touches_skipped_cold_template,
+        fine_touches_skipped_cold_key_total: t.fine_touches_skipped_cold_key,
+        fine_touches_skipped_template_bucket_total: t.fine_touches_skipped_template_bucket,
+        wait_touched_total: t.wait_touched,
+        wait_timeout_total: t.wait_timeout,
+        wait_stale_total: t.wait_stale,
+        journal_flushes_total: r.journal.flushes as f64,
+        journal_notify_wakeups_total: w.notify_wakeups as f64,
+        journal_notify_wake_ms_total: w.notify_wake_ms_sum,
+        journal_notify_wake_ms_max: w.notify_wake_ms_max,
+        journal_timeouts_fired_total: w.timeouts_fired as f64,
+        journal_timeout_sweep_ms_total: w.timeout_sweep_ms_sum,
+        compensation_touches_total: t.compensation_touches,
+        batches_split_for_budget_total: t.batches_split_for_budget,
+        journal_kept: v.kept.kept,
+        epoch_started_at_ms: v.kept.epoch_started_ms as f64,
+        replayed_flushes: v.kept.replayed_flushes as f64,
+        floor_generation: v.kept.floor_generation as f64,
+    }
+}
+
+pub(super) fn runtime_js(mode: TouchMode, lag: i64, r: &RuntimeView) -> TouchRuntime {
+    let t = &r.totals;
+    let w = &r.journal.wake;
+    TouchRuntime {
+        lag_source_offsets: lag as f64,
+        touch_mode: mode.as_str().into(),
+        hot_fine_keys: r.hot_fine_keys as f64,
+        hot_templates: r.hot_templates as f64,
+        hot_fine_keys_active: r.hot_fine_keys_active as f64,
+        hot_fine_keys_grace: r.hot_fine_keys_grace as f64,
+        hot_templates_active: r.hot_templates_active as f64,
+        hot_templates_grace: r.hot_templates_grace as f64,
+        fine_waiters_active: r.fine_waiters_active as f64,
+        coarse_waiters_active: r.coarse_waiters_active as f64,
+        broad_fine_waiters_active: r.broad_fine_waiters_active as f64,
+        hot_key_filtering_enabled: r.hot_key_filtering_enabled,
+        hot_template_filtering_enabled: r.hot_template_filtering_enabled,
+        scan_rows_total: t.scan_rows,
+        scan_batches_total: t.scan_batches,
+        scanned_but_emitted0_batches_total: t.scanned_but_emitted0_batches,
+        processed_through_delta_total: t.processed_through_delta,
+        touches_emitted_total: t.touches_emitted,
+        touches_table_total: t.touches_table,
+        touches_template_total: t.touches_template,
+        fine_touches_dropped_due_to_budget_total: t.fine_touches_dropped_due_to_budget,
+        fine_touches_skipped_cold_template_total: t.fine_touches_skipped_cold_template,
+        fine_touches_skipped_cold_key_total: t.fine_touches_skipped_cold_key,
+        fine_touches_skipped_template_bucket_total: t.fine_touches_skipped_template_bucket,
+        wait_touched_total: t.wait_touched,
+        wait_timeout_total: t.wait_timeout,
+        wait_stale_total: t.wait_stale,
+        journal_flushes_total: r.journal.flushes as f64,
+        journal_notify_wakeups_total: w.notify_wakeups as f64,
+        journal_notify_wake_ms_total: w.notify_wake_ms_sum,
+        journal_notify_wake_ms_max: w.notify_wake_ms_max,
+        journal_timeouts_fired_total: w.timeouts_fired as f64,
+        journal_timeout_sweep_ms_total: w.timeout_sweep_ms_sum,
+    }
+}
+
+pub(super) fn tick_js(r: TickReport) -> TickResult {
+    TickResult {
+        streams: r.streams as f64,
+        batches: r.batches as f64,
+        failed: r
+            .failed
+            .into_iter()
+            .map(|(stream, e)| TickFailure { stream, code: e.code().into(), message: e.to_string() })
+            .collect(),
+    }
+}
+
+/// A list argument of at most `MAX_WAIT_LIST` elements, its length checked before any is read.
+pub(super) fn capped<'env>(v: Js<'env>, what: &str) -> crate::Result<Js<'env>> {
+    if let Some(n) = v.try_array_len() {
+        if n as usize > MAX_WAIT_LIST {
+            return Err(Error::invalid(format!("{what} too large (max {MAX_WAIT_LIST})")));
+        }
+    }
+    Ok(v)
+}
+
+/// A list of at most `MAX_WAIT_LIST` strings, its length checked before any is read.
+pub(super) fn capped_strings(v: Js, what: &str) -> crate::Result<Vec<String>> {
+    capped(v, what)?.items(what)?.enumerate().map(|(i, s)| s?.string(&format!("{what}[{i}]"))).collect()
+}
+
+pub(super) fn stats_js(s: EngineStatsView) -> EngineStats {
+    let c = &s.collector;
+    EngineStats {
+        collector: CollectorStats {
+            ingested_bytes: c.ingested_bytes,
+            wal_bytes: c.wal_bytes,
+            sealed_payload_bytes: c.sealed_payload_bytes,
+            sealed_bytes: c.sealed_bytes,
+            uploaded_bytes: c.uploaded_bytes,
+            segments_sealed: c.segments_sealed,
+            backpressure_over_ms: c.backpressure_over_ms,
+            active_streams: c.active_streams as f64,
+        },
+        reporter_line: s.report_line,
+        window_ms: s.window_ms,
+        memory: memory_js(&s.memory),
+        top_streams: top_js(s.top_streams),
+        streams: s
+            .streams
+            .into_iter()
+            .map(|(stream, mode, lag, r)| StreamRuntimeStats {
+                stream,
+                touch_mode: mode.as_str().into(),
+                lag_source_offsets: lag as f64,
+                scan_rows_total: r.totals.scan_rows,
+                scan_batches_total: r.totals.scan_batches,
+                touches_emitted_total: r.totals.touches_emitted,
+                touches_table_total: r.totals.touches_table,
+                touches_template_total: r.totals.touches_template,
+                compensation_touches_total: r.totals.compensation_touches,
+                wait_touched_total: r.totals.wait_touched,
+                wait_timeout_total: r.totals.wait_timeout,
+                wait_stale_total: r.totals.wait_stale,
+                fine_waiters_active: r.fine_waiters_active as f64,
+                coarse_waiters_active: r.coarse_waiters_active as f64,
+                journal_flushes_total: r.journal.flushes as f64,
+            })
+            .collect(),
+        template_lifecycle: LifecycleStats {
+            activated: s.lifecycle.activated as f64,
+            retired: s.lifecycle.retired as f64,
+            evicted: s.lifecycle.evicted as f64,
+        },
+        kept_journals: KeptJournalStats {
+            folder: s.restored.folder.clone(),
+            kept: s.restored.kept as f64,
+            refused: s.restored.refused as f64,
+            replayed_flushes: s.restored.replayed_flushes as f64,
+            restore_ms: s.restored.ms,
+        },
+    }
+}
+
+pub(super) fn memory_js(m: &MemoryView) -> EngineMemoryStats {
+    EngineMemoryStats {
+        dirty_streams: m.dirty_streams as f64,
+        journals: m.journals as f64,
+        journals_created_total: m.journals_created_total as f64,
+        journal_filter_bytes_total: m.journal_filter_bytes_total as f64,
+        fine_lag_coarse_only_streams: m.fine_lag_coarse_only_streams as f64,
+        touch_mode_streams: m.touch_mode_streams as f64,
+        fine_token_bucket_streams: m.fine_token_bucket_streams as f64,
+        hot_fine_streams: m.hot_fine_streams as f64,
+        runtime_totals_streams: m.runtime_totals_streams as f64,
+        template_last_seen_entries: m.template_last_seen_entries as f64,
+        template_dirty_last_seen_entries: m.template_dirty_last_seen_entries as f64,
+        template_rate_state_streams: m.template_rate_state_streams as f64,
+    }
+}
+
+pub(super) fn top_js(top: Vec<TopStream>) -> Vec<TopStreamEntry> {
+    top.into_iter()
+        .map(|t| TopStreamEntry {
+            stream: t.stream,
+            journal_filter_bytes: t.journal_filter_bytes as f64,
+            dirty: t.dirty,
+            touch_mode: t.touch_mode.map(|m| m.as_str().to_string()),
+        })
+        .collect()
+}
+
+pub(super) fn activate_js(out: ActivateOutcome, limits: TemplateLimits) -> ActivateResult {
+    ActivateResult {
+        activated: out
+            .activated
+            .into_iter()
+            .map(|a| ActivatedTemplate {
+                template_id: a.template_id,
+                state: "active".into(),
+                active_from_touch_offset: a.active_from_touch_offset,
+            })
+            .collect(),
+        denied: out
+            .denied
+            .into_iter()
+            .map(|d| DeniedTemplate { template_id: d.template_id, reason: d.reason.into() })
+            .collect(),
+        limits: TemplateLimitsJs {
+            max_active_templates_per_stream: limits.max_active_per_stream,
+            max_active_templates_per_entity: limits.max_active_per_entity,
+        },
+    }
+}
+
+pub(super) fn arg<'env>(env: &'env Env, v: &Option<Unknown>) -> Option<Js<'env>> {
+    v.as_ref().map(|u| Js::new(env, u.raw()))
+}
+
+/// `request.stream` and `request.signal` of a wait: the stream name, and the signal unless it
+/// is absent (a signal already aborted refuses the wait before anything else is read).
+pub(super) fn wait_stream_and_signal<'env>(
+    stream: Option<Js<'env>>,
+    signal: Option<Js<'env>>,
+) -> crate::Result<(String, Option<Js<'env>>)> {
+    let stream = stream.ok_or_else(|| Error::invalid("request.stream is required"))?.string("request.stream")?;
+    let signal = signal.filter(|s| !s.is_nullish());
+    if let Some(s) = &signal {
+        if abort::is_aborted(s)? {
+            return Err(Error::Aborted);
+        }
+    }
+    Ok((stream, signal))
+}
