@@ -363,7 +363,8 @@ impl Running {
                                 waiting.extend(batch);
                                 break;
                             }
-                            if !self.publish(at, &batch).await {
+                            if let Err(unsent) = self.publish(at, batch).await {
+                                waiting.extend(unsent);
                                 break;
                             }
                         }
@@ -416,8 +417,9 @@ impl Running {
         self.stats.dropped.fetch_add(self.rx.len() as u64 + unsent, Ordering::Relaxed);
     }
 
-    /// Publishes `messages` under the lease at `at`, in one envelope. False once stopped.
-    async fn publish(&mut self, at: u64, messages: &[Vec<u8>]) -> bool {
+    /// Publishes `messages` under the lease at `at`, in one envelope. Once stopped, hands them
+    /// back unsent: they go out in the drain with what else was queued before the stop.
+    async fn publish(&mut self, at: u64, messages: Vec<Vec<u8>>) -> std::result::Result<(), Vec<Vec<u8>>> {
         let payload = wire::envelope(at, &messages.iter().map(|m| &m[..]).collect::<Vec<_>>());
         let n = payload.len() as u64;
         let (client, subject) = (self.client.clone(), touch_subject(&self.opts.prefix));
@@ -425,16 +427,13 @@ impl Running {
             Some(Ok(())) => {
                 self.stats.sent.fetch_add(messages.len() as u64, Ordering::Relaxed);
                 self.stats.sent_bytes.fetch_add(n, Ordering::Relaxed);
-                true
+                Ok(())
             }
             Some(Err(_)) => {
                 self.stats.dropped.fetch_add(messages.len() as u64, Ordering::Relaxed);
-                true
+                Ok(())
             }
-            None => {
-                self.stats.dropped.fetch_add(messages.len() as u64, Ordering::Relaxed);
-                false
-            }
+            None => Err(messages),
         }
     }
 
@@ -496,9 +495,12 @@ impl Running {
                             self.stats.resumed.store(true, Ordering::Release);
                             eprintln!("durable-touch fan-out: the writer that held the prefix is gone; this writer publishes now");
                         }
-                        let held: Vec<Vec<u8>> = waiting.drain(..).collect();
-                        for chunk in held.chunks(64) {
-                            if !self.publish(at, chunk).await {
+                        while !waiting.is_empty() {
+                            let chunk: Vec<Vec<u8>> = waiting.drain(..waiting.len().min(64)).collect();
+                            if let Err(unsent) = self.publish(at, chunk).await {
+                                for m in unsent.into_iter().rev() {
+                                    waiting.push_front(m);
+                                }
                                 return false;
                             }
                         }
