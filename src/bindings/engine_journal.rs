@@ -76,7 +76,7 @@ impl EngineJournal {
             // The engine's journal wakes on the engine's and the timer's threads too; the JS
             // waiter settles through its port from there.
             let waiter = js_waiter(ticket, hook);
-            Box::new(move |hit| waiter.wake(hit)) as Resolve
+            Box::new(move |hit, _| waiter.wake(hit)) as Resolve
         })
     }
 

@@ -99,12 +99,12 @@ mod tests {
 
     fn resolve(log: &Log, name: u32) -> Resolve {
         let log = log.clone();
-        Box::new(move |hit| log.lock().unwrap().push((name, hit)))
+        Box::new(move |hit, _| log.lock().unwrap().push((name, hit)))
     }
 
     fn deliver(out: &mut Vec<Settlement>) {
         for s in out.drain(..) {
-            (s.waker)(s.hit);
+            (s.waker)(s.hit, s.at);
         }
     }
 

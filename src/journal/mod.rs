@@ -28,7 +28,7 @@
 //! let journal = Journal::new(JournalOptions::default());
 //! let (tx, rx) = mpsc::channel();
 //! let req = WaitRequest { keys: KeyIds::from_slice(&[42]), timeout_ms: 5_000, ..Default::default() };
-//! journal.wait_for_any(req, Box::new(move |hit| tx.send(hit).unwrap())).unwrap();
+//! journal.wait_for_any(req, Box::new(move |hit, _| tx.send(hit).unwrap())).unwrap();
 //! journal.touch(42, Some(7), None);
 //! journal.flush(); // the bucket timer would do this within `coalesceMs`
 //! let hit = rx.recv().unwrap().expect("woken by the flush");
@@ -73,7 +73,7 @@ pub use image::{FlushLog, JournalImage};
 pub use mirror::{Applied, CaughtUp, FlushObserver, FlushRecord};
 pub use state::{JournalMeta, JournalState, WaitRequest, MAX_JOURNAL_WAIT_KEYS, MAX_WAIT_KEYS, MAX_WAIT_TIMEOUT_MS};
 pub use stats::{IntervalStats, TotalStats, WakeStats};
-pub use waiters::{KeyIds, Resolve, Settlement, WaiterId, Waker};
+pub use waiters::{KeyIds, Resolve, Settlement, Standing, WaiterId, Waker};
 
 use crate::error::Result;
 use crate::timer::{self, mono_now, TimerKey, TimerTarget};
@@ -186,11 +186,11 @@ const PREFETCH_AHEAD: usize = 8;
 fn deliver<W: Waker>(mut out: Vec<Settlement<W>>) {
     waiters::sort_for_delivery(&mut out);
     let mut rest = out.into_iter();
-    while let Some(Settlement { waker, hit, .. }) = rest.next() {
+    while let Some(Settlement { waker, hit, at, .. }) = rest.next() {
         if let Some(ahead) = rest.as_slice().get(PREFETCH_AHEAD - 1) {
             ahead.waker.prefetch();
         }
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || waker.wake(hit)));
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || waker.settle(hit, at)));
     }
 }
 
@@ -594,7 +594,7 @@ mod tests {
 
     fn channel_resolve() -> (Resolve, mpsc::Receiver<Option<TouchHit>>) {
         let (tx, rx) = mpsc::channel();
-        (Box::new(move |hit| tx.send(hit).unwrap()), rx)
+        (Box::new(move |hit, _| tx.send(hit).unwrap()), rx)
     }
 
     #[test]
@@ -644,7 +644,7 @@ mod tests {
         match j.check_or_wait(|s| s.maybe_touched_since(5, 0).then_some("touched"), req.clone(), r).unwrap() {
             CheckOrWait::Answered(a, resolve) => {
                 assert_eq!(a, "touched");
-                resolve(None);
+                resolve(None, None);
             }
             _ => panic!("expected an answer"),
         }

@@ -190,7 +190,7 @@ impl Model {
     fn deliver(&mut self) -> Vec<(u64, Option<TouchHit>)> {
         sort_for_delivery(&mut self.out);
         for s in self.out.drain(..) {
-            (s.waker)(s.hit);
+            (s.waker)(s.hit, s.at);
         }
         let got: Vec<_> = std::mem::take(&mut *self.log.lock().unwrap());
         for (name, _) in &got {
@@ -354,7 +354,7 @@ impl Model {
             timeout_ms,
         };
         let log = self.log.clone();
-        let resolve = Box::new(move |hit| log.lock().unwrap().push((name, hit)));
+        let resolve = Box::new(move |hit, _| log.lock().unwrap().push((name, hit)));
         let id = self.state.register(req, self.now, resolve, &mut self.out);
         let got = self.deliver();
         let immediate = (keys.is_empty() && exact.is_empty()) || timeout_ms == 0;

@@ -17,7 +17,7 @@ use super::exact::ExactHistory;
 use super::image::{FlushLog, JournalImage};
 use super::mirror::{Applied, CaughtUp, FlushObserver, FlushRecord};
 use super::stats::{IntervalStats, JournalStats, TotalStats};
-use super::waiters::{KeyIds, Resolve, Settlement, WaiterId, WaiterRegistry, WaiterSpec, Waker};
+use super::waiters::{KeyIds, Resolve, Settlement, Standing, WaiterId, WaiterRegistry, WaiterSpec, Waker};
 use super::TouchHit;
 use crate::error::{Error, Result};
 
@@ -606,7 +606,7 @@ impl<W: Waker> JournalState<W> {
     ) -> Option<WaiterId> {
         let WaitRequest { mut keys, exact_keys: mut exact, after_generation, timeout_ms } = req;
         if (keys.is_empty() && exact.is_empty()) || timeout_ms == 0 {
-            out.push(Settlement::immediate(resolve, None));
+            out.push(Settlement::immediate(resolve, None).at(self.standing()));
             return None;
         }
         keys.sort_unstable();
@@ -627,7 +627,7 @@ impl<W: Waker> JournalState<W> {
     pub fn cancel(&mut self, id: WaiterId, out: &mut Vec<Settlement<W>>) -> bool {
         match self.waiters.cancel(id) {
             Some(resolve) => {
-                out.push(Settlement::immediate(resolve, None));
+                out.push(Settlement::immediate(resolve, None).at(self.standing()));
                 true
             }
             None => false,
@@ -637,7 +637,9 @@ impl<W: Waker> JournalState<W> {
     /// J12: resolves every waiter whose deadline is at or before `now` with `None`.
     pub fn expire(&mut self, now: u64, out: &mut Vec<Settlement<W>>) -> usize {
         let started = Instant::now();
+        let from = out.len();
         let expired = self.waiters.expire(now, out);
+        self.stamp(&mut out[from..]);
         self.stats.record_sweep(expired, elapsed_ms(started));
         expired
     }
@@ -655,6 +657,8 @@ impl<W: Waker> JournalState<W> {
     /// exact history and the flush bookkeeping are dropped. The epoch, generation and bloom stay
     /// (as in the reference), so cursors handed out remain comparable.
     pub fn stop(&mut self, out: &mut Vec<Settlement<W>>) -> usize {
+        // Not stamped: nothing flushes after a stop, and a stopped journal's answers read as
+        // the reference's do (its bucket fields reset).
         let n = self.waiters.take_all(out);
         self.bucket.clear();
         self.pending_through = -1;
@@ -679,6 +683,25 @@ impl<W: Waker> JournalState<W> {
 
     pub fn generation(&self) -> u32 {
         self.generation
+    }
+
+    /// Where the journal stands now ([`Standing`]).
+    pub fn standing(&self) -> Standing {
+        Standing {
+            epoch: self.epoch,
+            generation: self.generation,
+            last_flushed_source_offset: self.last_flushed_source_offset,
+            last_flush_at_ms: self.last_flush_at_ms,
+            last_bucket_start_ms: self.last_bucket_start_ms,
+        }
+    }
+
+    /// Marks `settled` (waiters settled without a touch just now) with where the journal stands.
+    fn stamp(&self, settled: &mut [Settlement<W>]) {
+        let at = self.standing();
+        for s in settled {
+            s.at = Some(at);
+        }
     }
 
     pub fn cursor(&self) -> String {
@@ -764,12 +787,12 @@ mod tests {
 
     fn resolve(log: &Log, name: u32) -> Resolve {
         let log = log.clone();
-        Box::new(move |hit| log.lock().unwrap().push((name, hit)))
+        Box::new(move |hit, _| log.lock().unwrap().push((name, hit)))
     }
 
     fn deliver(out: &mut Vec<Settlement>) {
         for s in out.drain(..) {
-            (s.waker)(s.hit);
+            (s.waker)(s.hit, s.at);
         }
     }
 
@@ -910,6 +933,29 @@ mod tests {
         assert_eq!(j.total_stats().wake.timeouts_fired, 1);
         assert_eq!(j.take_interval_stats().wake.timeout_sweeps, 1);
         assert!(log.lock().unwrap().iter().all(|x| x.1.is_none()));
+    }
+
+    /// A timed-out waiter's answer must not take in a flush it did not take part in: the
+    /// settlement carries the generation at its expiry, however late it is delivered.
+    #[test]
+    fn a_waiter_settled_without_a_touch_carries_where_the_journal_stood() {
+        let mut j = journal(JournalOptions::default());
+        let log: Log = Default::default();
+        let mut out = Vec::new();
+        j.register(wait(&[1], &[], None), 5, resolve(&log, 1), &mut out).unwrap();
+        let before = j.standing();
+        assert_eq!(j.expire(1_000_250_000, &mut out), 1);
+        // A flush on another thread, of the waiter's key, before the answer is delivered.
+        let mut late = Vec::new();
+        j.touch(1, Some(42), None, 0);
+        assert!(j.flush(10, &mut late));
+        assert!(late.is_empty(), "the waiter was settled already");
+        assert_eq!(j.generation(), before.generation + 1);
+        let at = out[0].at.expect("stamped at expiry");
+        assert_eq!(at, before);
+        assert_eq!(format_cursor(at.epoch, at.generation), format_cursor(Epoch(0xabc), before.generation));
+        deliver(&mut out);
+        assert_eq!(log.lock().unwrap().as_slice(), &[(1, None)]);
     }
 
     #[test]

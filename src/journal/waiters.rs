@@ -27,12 +27,37 @@ use smallvec::SmallVec;
 pub type KeyIds = SmallVec<[u32; 4]>;
 
 use super::hash::IntMap;
-use super::TouchHit;
+use super::{Epoch, TouchHit};
+
+/// Where the journal stood when it settled a waiter without a touch (its deadline passed, or
+/// the journal stopped): the answer reports this, not what the journal holds by the time the
+/// answer is delivered. Delivery runs after the lock is released, and a flush from another
+/// thread (an activation's, a tick's) may come in between; a timeout answered with that later
+/// cursor would tell its client it had heard a flush its waiter never took part in, and the
+/// client's next wait, from that cursor, would miss what the flush held for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Standing {
+    pub epoch: Epoch,
+    pub generation: u32,
+    pub last_flushed_source_offset: i64,
+    pub last_flush_at_ms: i64,
+    pub last_bucket_start_ms: i64,
+}
 
 /// What resolves a waiter: called once with the hit, or `None` for a timeout, an abort or a
 /// stop.
 pub trait Waker: Send + 'static {
     fn wake(self, hit: Option<TouchHit>);
+
+    /// [`Waker::wake`], told where the journal stood if it settled the waiter without a touch
+    /// ([`Standing`]); a waker that answers with the journal's cursor answers with that one.
+    fn settle(self, hit: Option<TouchHit>, at: Option<Standing>)
+    where
+        Self: Sized,
+    {
+        let _ = at;
+        self.wake(hit)
+    }
 
     /// Hints that this waker is woken soon (delivery calls it a few waiters ahead), so it can
     /// start loading what waking it reads.
@@ -40,12 +65,17 @@ pub trait Waker: Send + 'static {
     fn prefetch(&self) {}
 }
 
-/// The general-purpose waker: a boxed callback.
-pub type Resolve = Box<dyn FnOnce(Option<TouchHit>) + Send>;
+/// The general-purpose waker: a boxed callback, given where the journal stood when it settled
+/// the waiter without a touch.
+pub type Resolve = Box<dyn FnOnce(Option<TouchHit>, Option<Standing>) + Send>;
 
 impl Waker for Resolve {
     fn wake(self, hit: Option<TouchHit>) {
-        self(hit)
+        self(hit, None)
+    }
+
+    fn settle(self, hit: Option<TouchHit>, at: Option<Standing>) {
+        self(hit, at)
     }
 }
 
@@ -53,6 +83,8 @@ impl Waker for Resolve {
 pub struct Settlement<W = Resolve> {
     pub waker: W,
     pub hit: Option<TouchHit>,
+    /// Set by the journal for a waiter settled without a touch ([`Standing`]).
+    pub at: Option<Standing>,
     /// The waiter's registration order (its tag), so a flush can resolve the waiters it woke
     /// in the order they were registered rather than by key: see [`sort_for_delivery`].
     order: u32,
@@ -61,7 +93,12 @@ pub struct Settlement<W = Resolve> {
 impl<W> Settlement<W> {
     /// A resolution of a waiter that was never parked (resolved at registration or refused).
     pub fn immediate(waker: W, hit: Option<TouchHit>) -> Self {
-        Settlement { waker, hit, order: u32::MAX }
+        Settlement { waker, hit, at: None, order: u32::MAX }
+    }
+
+    /// This settlement, marked with where the journal stands ([`Standing`]).
+    pub fn at(self, at: Standing) -> Self {
+        Settlement { at: Some(at), ..self }
     }
 }
 
@@ -419,7 +456,7 @@ impl<W: Waker> WaiterRegistry<W> {
     pub fn take_all(&mut self, out: &mut Vec<Settlement<W>>) -> usize {
         let n = self.active;
         for w in self.slots.drain(..).flatten() {
-            out.push(Settlement { waker: w.waker, hit: None, order: w.tag });
+            out.push(Settlement { waker: w.waker, hit: None, at: None, order: w.tag });
         }
         let next_tag = self.next_tag;
         *self = WaiterRegistry { next_tag, ..WaiterRegistry::default() };
@@ -447,7 +484,7 @@ impl<W: Waker> WaiterRegistry<W> {
     /// Empties the slot into a settlement with `hit`.
     fn settle(&mut self, slot: u32, hit: Option<TouchHit>) -> Settlement<W> {
         let (waker, order) = self.take(slot);
-        Settlement { waker, hit, order }
+        Settlement { waker, hit, at: None, order }
     }
 
     /// Drops stale entries from every index.
@@ -567,7 +604,7 @@ mod tests {
 
     fn resolve(log: &Log, name: u32) -> Resolve {
         let log = log.clone();
-        Box::new(move |hit| log.lock().unwrap().push((name, hit)))
+        Box::new(move |hit, _| log.lock().unwrap().push((name, hit)))
     }
 
     fn spec(after: u32, keys: &[u32], exact: &[u64], deadline: u64) -> WaiterSpec {
@@ -586,7 +623,7 @@ mod tests {
 
     fn deliver(out: Vec<Settlement>) {
         for s in out {
-            (s.waker)(s.hit);
+            (s.waker)(s.hit, s.at);
         }
     }
 

@@ -279,12 +279,20 @@ impl TouchEngine {
             let release = release.clone();
             let name = stream.to_string();
             let send = send.clone();
-            Box::new(move |hit: Option<crate::journal::TouchHit>| {
+            Box::new(move |hit: Option<crate::journal::TouchHit>, at: Option<crate::journal::Standing>| {
                 release.run();
                 if control.is_aborted() {
                     return send(Err(Error::Aborted));
                 }
-                let (cursor, bucket) = journal.read(|s| (s.cursor(), bucket_fields(s)));
+                // A touched waiter's client reads afresh, so a later cursor is as good; one that
+                // timed out answers where the journal stood as it expired ([`Standing`]).
+                let (cursor, bucket) = match at.filter(|_| hit.is_none()) {
+                    Some(at) => (
+                        crate::journal::format_cursor(at.epoch, at.generation),
+                        (at.last_flushed_source_offset, at.last_flush_at_ms, at.last_bucket_start_ms),
+                    ),
+                    None => journal.read(|s| (s.cursor(), bucket_fields(s))),
+                };
                 let reply = match hit {
                     Some(h) => {
                         engine.record_wait(&name, "touched");
