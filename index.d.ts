@@ -405,16 +405,19 @@ export interface FanoutConfig {
   url: string
   /** Subject prefix; one per writer (default `durable-touch`). */
   prefix?: string
-  /** Retention of the writer's JetStream stream (defaults 10 minutes, 256 MiB). */
+  /**
+   * Retention of the writer's JetStream stream (defaults 10 minutes, 256 MiB; from 1,000 ms to
+   * a year, and from 64 KiB). Values outside the bounds are refused (`ERR_INVALID_ARGUMENT`).
+   */
   maxAgeMs?: number
   maxBytes?: number
-  /** A writer's beat and an edge's interest report, in ms (default 500). */
+  /** A writer's beat and an edge's interest report, in ms (default 500; 10 to 60,000). */
   beatMs?: number
   /** The writer's HTTP URL, named by edges when they refuse a request. */
   writerUrl?: string
   /**
    * Writer: how long a flush waits for others to share its broker message, in ms (default
-   * 0: at once). Fewer bytes per key reach each edge, this much later.
+   * 0: at once; at most 1,000). Fewer bytes per key reach each edge, this much later.
    */
   batchMs?: number
 }

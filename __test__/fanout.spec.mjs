@@ -606,3 +606,27 @@ test("randomized: cursors carried between the writer and two edges answer alike 
     }
   });
 }, { timeout: 180_000 });
+
+test("fan-out options outside their bounds are refused, not moved into them", () => {
+  const store = Store.open(":memory:");
+  try {
+    const base = { role: "edge", url: "nats://127.0.0.1:9" };
+    for (const [extra, says] of [
+      [{ beatMs: 5 }, "options.fanout.beatMs must be an integer in [10, 60000], got 5"],
+      [{ maxAgeMs: 500 }, "options.fanout.maxAgeMs must be an integer in [1000, 31536000000], got 500"],
+      [{ maxBytes: 1024 }, "options.fanout.maxBytes must be an integer in [65536, 1000000000000000], got 1024"],
+      [{ batchMs: 1001 }, "options.fanout.batchMs must be an integer in [0, 1000], got 1001"],
+      [{ prefix: "a.b" }, "options.fanout.prefix must be 1-64 of [A-Za-z0-9_-]"],
+      [{ beatMs: 2.5 }, "options.fanout.beatMs must be an integer in [0, 9007199254740991]"],
+    ]) {
+      assert.throws(
+        () => new TouchEngine(store, { fanout: { ...base, ...extra } }),
+        (e) => e.code === "ERR_INVALID_ARGUMENT" && e.message === says,
+        JSON.stringify(extra),
+      );
+    }
+  } finally {
+    store.close();
+  }
+});
+

@@ -49,6 +49,57 @@ pub struct FanoutOptions {
     pub batch_ms: u64,
 }
 
+/// The bounds [`FanoutOptions::validate`] holds options to, however they were built (the
+/// engine's `fanout` option, the server's `--nats-*` flags, a swap's environment).
+pub mod bounds {
+    use std::ops::RangeInclusive;
+
+    /// A prefix: 1 to 64 of `[A-Za-z0-9_-]` (it names subjects and the JetStream stream).
+    pub const PREFIX_LEN: RangeInclusive<usize> = 1..=64;
+    /// Retention by age: a second to a year.
+    pub const MAX_AGE_MS: RangeInclusive<u64> = 1_000..=365 * 86_400_000;
+    /// Retention by size: 64 KiB up.
+    pub const MAX_BYTES: RangeInclusive<i64> = 65_536..=1_000_000_000_000_000;
+    pub const BEAT_MS: RangeInclusive<u64> = 10..=60_000;
+    pub const BATCH_MS: RangeInclusive<u64> = 0..=1_000;
+}
+
+impl FanoutOptions {
+    /// Refuses options outside [`bounds`] (`ERR_INVALID_ARGUMENT`, naming the option as the
+    /// engine's `fanout` option spells it), rather than moving them into range.
+    pub fn validate(&self) -> crate::Result<()> {
+        use crate::Error;
+        fn within<T: PartialOrd + std::fmt::Display>(
+            v: T,
+            r: std::ops::RangeInclusive<T>,
+            what: &str,
+        ) -> crate::Result<()> {
+            if r.contains(&v) {
+                Ok(())
+            } else {
+                Err(Error::invalid(format!(
+                    "options.fanout.{what} must be an integer in [{}, {}], got {v}",
+                    r.start(),
+                    r.end()
+                )))
+            }
+        }
+        if self.url.trim().is_empty() {
+            return Err(Error::invalid("options.fanout.url is required"));
+        }
+        let p = &self.prefix;
+        if !bounds::PREFIX_LEN.contains(&p.len())
+            || !p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(Error::invalid("options.fanout.prefix must be 1-64 of [A-Za-z0-9_-]"));
+        }
+        within(self.max_age_ms, bounds::MAX_AGE_MS, "maxAgeMs")?;
+        within(self.max_bytes, bounds::MAX_BYTES, "maxBytes")?;
+        within(self.beat_ms, bounds::BEAT_MS, "beatMs")?;
+        within(self.batch_ms, bounds::BATCH_MS, "batchMs")
+    }
+}
+
 impl Default for FanoutOptions {
     fn default() -> Self {
         FanoutOptions {
@@ -60,6 +111,45 @@ impl Default for FanoutOptions {
             beat_ms: 500,
             writer_url: String::new(),
             batch_ms: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_are_refused_outside_their_bounds_not_moved_into_them() {
+        let ok = FanoutOptions::default();
+        assert!(ok.validate().is_ok());
+        let at_bounds = [
+            FanoutOptions { max_age_ms: 1_000, max_bytes: 65_536, beat_ms: 10, batch_ms: 0, ..ok.clone() },
+            FanoutOptions { max_age_ms: 365 * 86_400_000, beat_ms: 60_000, batch_ms: 1_000, ..ok.clone() },
+            FanoutOptions { prefix: "a".repeat(64), ..ok.clone() },
+            FanoutOptions { prefix: "A-z_9".into(), ..ok.clone() },
+        ];
+        for o in at_bounds {
+            assert!(o.validate().is_ok(), "{o:?}");
+        }
+        let refused = [
+            (
+                FanoutOptions { max_age_ms: 999, ..ok.clone() },
+                "maxAgeMs must be an integer in [1000, 31536000000], got 999",
+            ),
+            (FanoutOptions { max_bytes: 65_535, ..ok.clone() }, "maxBytes"),
+            (FanoutOptions { beat_ms: 9, ..ok.clone() }, "beatMs"),
+            (FanoutOptions { beat_ms: 60_001, ..ok.clone() }, "beatMs"),
+            (FanoutOptions { batch_ms: 1_001, ..ok.clone() }, "batchMs"),
+            (FanoutOptions { prefix: String::new(), ..ok.clone() }, "prefix"),
+            (FanoutOptions { prefix: "a".repeat(65), ..ok.clone() }, "prefix"),
+            (FanoutOptions { prefix: "a.b".into(), ..ok.clone() }, "prefix"),
+            (FanoutOptions { url: " ".into(), ..ok.clone() }, "url"),
+        ];
+        for (o, says) in refused {
+            let e = o.validate().unwrap_err();
+            assert_eq!(e.code(), "ERR_INVALID_ARGUMENT");
+            assert!(e.to_string().contains(says), "{e}");
         }
     }
 }

@@ -24,6 +24,9 @@ fn opt_num(o: &Js, key: &str) -> crate::Result<Option<f64>> {
     o.opt(key)?.map(|v| v.number(&format!("options.{key}"))).transpose()
 }
 
+/// `Number.MAX_SAFE_INTEGER`: the largest whole number a JS number holds exactly.
+const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+
 pub(super) fn parse_options(options: Option<Js>) -> crate::Result<EngineOptions> {
     let mut o = EngineOptions::default();
     let Some(opts) = options.filter(|v| !v.is_nullish()) else { return Ok(o) };
@@ -73,27 +76,26 @@ pub(super) fn parse_options(options: Option<Js>) -> crate::Result<EngineOptions>
             .ok_or_else(|| Error::invalid("options.fanout.url is required"))?
             .string("options.fanout.url")?;
         if let Some(v) = f.opt("prefix")?.filter(|v| !v.is_nullish()) {
-            let p = v.string("options.fanout.prefix")?;
-            if p.is_empty() || p.len() > 64 || !p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
-                return Err(Error::invalid("options.fanout.prefix must be 1-64 of [A-Za-z0-9_-]"));
-            }
-            fo.prefix = p;
+            fo.prefix = v.string("options.fanout.prefix")?;
         }
+        // Whole numbers here; their bounds are the options' own (`FanoutOptions::validate`).
+        let whole = |v: f64, what: &str| count(v, what, MAX_SAFE_INTEGER);
         if let Some(v) = opt_num(&f, "maxAgeMs")? {
-            fo.max_age_ms = count(v, "fanout.maxAgeMs", 365.0 * 86_400_000.0)?.max(1_000.0) as u64;
+            fo.max_age_ms = whole(v, "fanout.maxAgeMs")? as u64;
         }
         if let Some(v) = opt_num(&f, "maxBytes")? {
-            fo.max_bytes = count(v, "fanout.maxBytes", 1e15)?.max(65_536.0) as i64;
+            fo.max_bytes = whole(v, "fanout.maxBytes")? as i64;
         }
         if let Some(v) = opt_num(&f, "beatMs")? {
-            fo.beat_ms = count(v, "fanout.beatMs", 60_000.0)?.max(10.0) as u64;
+            fo.beat_ms = whole(v, "fanout.beatMs")? as u64;
         }
         if let Some(v) = opt_num(&f, "batchMs")? {
-            fo.batch_ms = count(v, "fanout.batchMs", 1_000.0)? as u64;
+            fo.batch_ms = whole(v, "fanout.batchMs")? as u64;
         }
         if let Some(v) = f.opt("writerUrl")?.filter(|v| !v.is_nullish()) {
             fo.writer_url = v.string("options.fanout.writerUrl")?;
         }
+        fo.validate()?;
         o.fanout = Some(fo);
     }
     Ok(o)
