@@ -253,6 +253,15 @@ impl From<Short> for Error {
     }
 }
 
+impl From<keyset::Bad> for Error {
+    fn from(bad: keyset::Bad) -> Error {
+        match bad {
+            keyset::Bad::Short(s) => s.into(),
+            keyset::Bad::Spelling => Error::Fanout("a flush's key ids are misspelled".into()),
+        }
+    }
+}
+
 /// A message's kind byte and format version.
 fn read_header(r: &mut R<'_>, kind: u8) -> Result<()> {
     let (k, v) = (r.u8()?, r.u8()?);
@@ -294,10 +303,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message> {
             let bucket_start_ms = flush_at_ms.wrapping_sub(r.svar()?);
             let max_source_offset = r.svar()?;
             let overflow = r.u8()? != 0;
-            let keys = keyset::take(&mut r).map_err(|bad| match bad {
-                keyset::Bad::Short(s) => Error::from(s),
-                keyset::Bad::Spelling => Error::Fanout("a flush's key ids are misspelled".into()),
-            })?;
+            let keys = keyset::take(&mut r)?;
             let n = r.vcount(8)?;
             let exact = (0..n).map(|_| r.u64()).collect::<std::result::Result<Vec<_>, Short>>()?;
             let record = FlushRecord {

@@ -44,6 +44,19 @@ pub struct Standing {
     pub last_bucket_start_ms: i64,
 }
 
+impl Standing {
+    /// The cursor a client gets: `epoch:generation`.
+    pub fn cursor(&self) -> String {
+        super::format_cursor(self.epoch, self.generation)
+    }
+
+    /// The last flush's fields a wait's answer carries: (bucket max source offset, flush ms,
+    /// bucket start ms).
+    pub fn bucket(&self) -> (i64, i64, i64) {
+        (self.last_flushed_source_offset, self.last_flush_at_ms, self.last_bucket_start_ms)
+    }
+}
+
 /// What resolves a waiter: called once with the hit, or `None` for a timeout, an abort or a
 /// stop.
 pub trait Waker: Send + 'static {

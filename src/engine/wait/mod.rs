@@ -163,7 +163,7 @@ enum Early {
 }
 
 fn bucket_fields(s: &crate::journal::JournalState) -> (i64, i64, i64) {
-    (s.last_flushed_source_offset(), s.last_flush_at_ms(), s.last_bucket_start_ms())
+    s.standing().bucket()
 }
 
 impl TouchEngine {
@@ -286,13 +286,8 @@ impl TouchEngine {
                 }
                 // A touched waiter's client reads afresh, so a later cursor is as good; one that
                 // timed out answers where the journal stood as it expired ([`Standing`]).
-                let (cursor, bucket) = match at.filter(|_| hit.is_none()) {
-                    Some(at) => (
-                        crate::journal::format_cursor(at.epoch, at.generation),
-                        (at.last_flushed_source_offset, at.last_flush_at_ms, at.last_bucket_start_ms),
-                    ),
-                    None => journal.read(|s| (s.cursor(), bucket_fields(s))),
-                };
+                let at = at.filter(|_| hit.is_none()).unwrap_or_else(|| journal.read(|s| s.standing()));
+                let (cursor, bucket) = (at.cursor(), at.bucket());
                 let reply = match hit {
                     Some(h) => {
                         engine.record_wait(&name, "touched");
