@@ -839,6 +839,7 @@ module.exports.EngineJournal = nativeBinding.EngineJournal
 module.exports.Store = nativeBinding.Store
 module.exports.TouchEngine = nativeBinding.TouchEngine
 module.exports.TouchJournal = nativeBinding.TouchJournal
+module.exports.WaitListener = nativeBinding.WaitListener
 module.exports.formatTouchCursor = nativeBinding.formatTouchCursor
 module.exports.parseTouchCursor = nativeBinding.parseTouchCursor
 module.exports.processorThreads = nativeBinding.processorThreads

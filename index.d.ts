@@ -238,6 +238,30 @@ export declare class TouchJournal {
   static slotPositions(keyId: number, filterPow2?: number, k?: number): Array<number>
 }
 
+/**
+ * A native HTTP/1.1 front answering touch waits from `engine` without JavaScript; every other
+ * request goes to the JS server at `upstreamPort`.
+ */
+export declare class WaitListener {
+  /**
+   * Listens at once (throws `ERR_LISTEN` for a port in use or a host that does not resolve).
+   * With `engine` null, every request goes to the JS server until `serve(engine)`.
+   */
+  constructor(engine: TouchEngine | null, options: WaitListenerOptions)
+  /** Answers waits from `engine` from now on (throws if it already serves one, or is closed). */
+  serve(engine: TouchEngine): void
+  /** What it has done (all zero once closed). */
+  stats(): WaitListenerStats
+  /** The port it listens on. */
+  get port(): number
+  /**
+   * Stops listening and closes idle connections; one with a request in hand gets 500 ms to
+   * finish it, then is closed (a wait still parked is aborted). Close the engine first to
+   * answer every parked wait.
+   */
+  close(): Promise<void>
+}
+
 export interface ActivatedTemplate {
   templateId: string
   state: 'active'
@@ -1085,6 +1109,35 @@ export interface WaitForAnyArgs {
   /** 0 resolves null at once; at most 2^31 - 1. */
   timeoutMs: number
   signal?: AbortSignal | null
+}
+
+/** Where a `WaitListener` listens, and the JS server it passes the rest to. */
+export interface WaitListenerOptions {
+  /** Default `"127.0.0.1"`. */
+  host?: string
+  /** Default 0: any free port (`listener.port` says which). */
+  port?: number
+  /** The port of the JS server (on `upstreamHost`) that answers every other request. */
+  upstreamPort: number
+  /** An IP address; default `"127.0.0.1"`. */
+  upstreamHost?: string
+}
+
+/** `WaitListener.stats()`. */
+export interface WaitListenerStats {
+  /** Connections open now. */
+  connections: number
+  /** Waits parked now. */
+  waiting: number
+  /** Waits answered by the listener. */
+  answered: number
+  /** Requests passed to the JS server one by one (waits the engine refused included). */
+  passed: number
+  /**
+   * Connections handed to the JS server whole (framing the listener does not follow:
+   * chunked bodies, `Expect`, upgrades, HTTP/1.0, heads it cannot parse).
+   */
+  handed: number
 }
 
 /** The request of `wait` (W1); the rules and messages are the reference route's. */

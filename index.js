@@ -12,6 +12,7 @@ module.exports.Store = native.Store;
 module.exports.TouchEngine = native.TouchEngine;
 module.exports.EngineJournal = native.EngineJournal;
 module.exports.TouchJournal = native.TouchJournal;
+module.exports.WaitListener = native.WaitListener;
 module.exports.formatTouchCursor = native.formatTouchCursor;
 module.exports.parseTouchCursor = native.parseTouchCursor;
 module.exports.processorThreads = native.processorThreads;

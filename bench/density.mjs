@@ -8,6 +8,8 @@
 // Targets, each a fresh child server process per round and N (127.0.0.1, port 0, a temp dir):
 //   ours        node --expose-gc bin/durable-touch.mjs serve (lib/server.mjs on node:http)
 //   ours-bun    the same under node_modules/.bin/bun (lib/server.mjs on Bun.serve)
+//   ours-native, ours-native-bun   the same two with --native-waits (waits answered by the
+//               native module's listener, the rest passed to lib/server.mjs on loopback)
 //   reference   bun node_modules/@prisma/streams-server/src/server.ts --object-store local --no-auth
 //               (unswapped; DS_ROOT = the temp dir, PORT=0)
 //   floor-node  this file --role floor-node: bare node:http, reads each POST's body, keeps its `res`
@@ -63,7 +65,7 @@ const PROBE = join(here, "density-probe.mjs");
 const BUN = join(root, "node_modules", ".bin", "bun");
 const REFERENCE_SERVER = join(root, "node_modules", "@prisma", "streams-server", "src", "server.ts");
 const STREAM = "d";
-const TARGETS = ["ours", "ours-bun", "reference", "floor-node", "floor-bun"];
+const TARGETS = ["ours", "ours-bun", "ours-native", "ours-native-bun", "reference", "floor-node", "floor-bun"];
 const REF_TIMEOUT_MS = 4000;
 const PARK_CAP_MS = 60_000; // opening sockets stops after this (a saturated server): N is what was opened
 
@@ -461,6 +463,12 @@ function startTarget(target, { dataDir, rareKey, fdLimit: limit } = {}) {
       break;
     case "ours-bun":
       [cmd, args] = [BUN, ["--no-install", "--preload", PROBE, join(root, "bin", "durable-touch.mjs"), "serve", "--port", "0", "--data", dataDir]];
+      break;
+    case "ours-native":
+      [cmd, args] = [process.execPath, ["--expose-gc", "--import", PROBE, join(root, "bin", "durable-touch.mjs"), "serve", "--port", "0", "--data", dataDir, "--native-waits"]];
+      break;
+    case "ours-native-bun":
+      [cmd, args] = [BUN, ["--no-install", "--preload", PROBE, join(root, "bin", "durable-touch.mjs"), "serve", "--port", "0", "--data", dataDir, "--native-waits"]];
       break;
     case "reference":
       [cmd, args] = [BUN, ["--no-install", "--preload", PROBE, REFERENCE_SERVER, "--object-store", "local", "--no-auth"]];

@@ -2,11 +2,11 @@
 // durable-touch command line.
 //
 //   durable-touch [serve] [--port 8787] [--host 127.0.0.1] [--data ./data] [--workers N]
-//                 [--no-keep-cursors]
+//                 [--no-keep-cursors] [--native-waits]
 //                 [--nats nats://host:4222 [--nats-prefix durable-touch] [--public-url URL]
 //                  [--nats-max-age-ms 600000] [--nats-max-bytes 268435456] [--nats-batch-ms 0]]
 //   durable-touch [serve] --edge --nats nats://host:4222 [--nats-prefix P] [--writer URL]
-//                 [--port N] [--host H]
+//                 [--port N] [--host H] [--no-native-waits]
 //   durable-touch swap <path-to-server-src | @prisma/streams-local install> [--undo]
 //
 // `serve` (the default) starts the Live HTTP server; SIGINT/SIGTERM close it cleanly
@@ -45,6 +45,8 @@ if (command === "serve") {
       edge: argv.includes("--edge"),
       writer: flag("writer"),
       ...(argv.includes("--no-keep-cursors") ? { keepCursors: false } : {}),
+      ...(argv.includes("--native-waits") ? { nativeWaits: true } : {}),
+      ...(argv.includes("--no-native-waits") ? { nativeWaits: false } : {}),
     });
   } catch (e) {
     console.error(`durable-touch serve: ${e.message}`);

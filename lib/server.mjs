@@ -23,6 +23,10 @@
 // (Location: the writer's URL + the same path and query, so a client following redirects
 // resends it there with its method and body), with `{ error: { code: "ERR_EDGE_READ_ONLY",
 // message, writer } }`; 503 with that code while the writer's URL is not known.
+//
+// With `nativeWaits`, the port is the native module's (`WaitListener`): it answers touch waits
+// itself, without entering JavaScript, and passes every other request (and a wait the engine
+// refuses, which this handler then answers) to this server, listening on loopback.
 import { createRequire } from "node:module";
 import { mkdirSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -32,7 +36,7 @@ import { MAX_JSON_DEPTH, scanJson } from "./json-body.mjs";
 import { switchedOff } from "./settings.mjs";
 
 const require = createRequire(import.meta.url);
-const { Store, TouchEngine } = require("../index.js");
+const { Store, TouchEngine, WaitListener } = require("../index.js");
 
 const STATUS = {
   ERR_INVALID_ARGUMENT: 400,
@@ -737,7 +741,9 @@ function fanoutOptions(opts) {
  * each edge, that much later),
  * publicUrl (the URL a writer's edges send clients to; default its own URL), edge (serve waits and meta as an edge of the writer
  * publishing on `nats`/`natsPrefix`; no data dir), writer (an edge's writer URL, which takes
- * precedence over the one the writer's beats carry).
+ * precedence over the one the writer's beats carry); nativeWaits (NATIVE_WAITS; default true
+ * for an edge, else false: touch waits answered by the native module's listener on the port,
+ * without entering JavaScript; the rest passed to this server on loopback).
  */
 export async function startServer(opts = {}) {
   const dataDir = resolve(opts.dataDir ?? process.env.DATA_DIR ?? "./data");
@@ -748,6 +754,10 @@ export async function startServer(opts = {}) {
   const bodyLimit = opts.bodyLimit ?? 10 * 1024 * 1024;
   const keepCursors = !switchedOff(opts.keepCursors ?? process.env.KEEP_CURSORS);
   const fo = fanoutOptions(opts);
+  // An edge serves waits, so its listener is on unless switched off; elsewhere it is asked for.
+  const nativeWaitsRaw = opts.nativeWaits ?? process.env.NATIVE_WAITS;
+  const nativeWaits =
+    nativeWaitsRaw === undefined || nativeWaitsRaw === "" ? fo?.edge === true : !switchedOff(nativeWaitsRaw);
   const fanout = (role, writerUrl) => ({
     role,
     url: fo.url,
@@ -791,18 +801,31 @@ export async function startServer(opts = {}) {
     waitReply: (...args) => (handler ? handler.waitReply(...args) : Promise.resolve(starting())),
   };
   let http;
+  let listener = null;
   try {
-    http = typeof globalThis.Bun !== "undefined" ? serveBun(front, { port, host }) : await serveNode(front, { port, host, bodyLimit });
+    // With native waits this server listens on loopback behind the listener.
+    const at = nativeWaits ? { port: 0, host: "127.0.0.1" } : { port, host };
+    http = typeof globalThis.Bun !== "undefined" ? serveBun(front, at) : await serveNode(front, { ...at, bodyLimit });
+    if (nativeWaits) {
+      try {
+        listener = new WaitListener(engine ?? null, { host, port, upstreamPort: http.port });
+      } catch (e) {
+        await http.close();
+        throw e;
+      }
+    }
   } catch (e) {
     await engine?.close();
     await store?.close();
     throw e;
   }
-  const url = `http://${host}:${http.port}`;
+  const url = `http://${host}:${listener ? listener.port : http.port}`;
   if (late) {
     try {
       open(url);
+      listener?.serve(engine);
     } catch (e) {
+      await listener?.close();
       await http.close();
       await store?.close();
       throw e;
@@ -811,7 +834,11 @@ export async function startServer(opts = {}) {
   let closing = null;
   return {
     url,
-    port: http.port,
+    port: listener ? listener.port : http.port,
+    /** The native wait listener on `port` (`nativeWaits`), else null. */
+    listener,
+    /** The JS server's URL: `url`, or with `nativeWaits` the loopback one behind the listener. */
+    handlerUrl: `http://${nativeWaits ? "127.0.0.1" : host}:${http.port}`,
     store,
     engine,
     /** "writer" or "edge" with a fan-out, else null. */
@@ -820,6 +847,7 @@ export async function startServer(opts = {}) {
     close() {
       closing ??= (async () => {
         await engine.close();
+        await listener?.close();
         await http.close();
         await store.close();
       })();

@@ -75,6 +75,10 @@ pub enum Error {
     #[error("this edge serves waits and meta only; send this to the writer at {writer}")]
     EdgeReadOnly { writer: String },
 
+    /// The wait listener could not listen where it was asked to (a port in use, no such host).
+    #[error("cannot listen on {0}")]
+    Listen(String),
+
     /// A bug: a panic or a broken invariant inside the native code.
     #[error("internal error: {0}")]
     Internal(String),
@@ -99,6 +103,7 @@ impl Error {
             Error::Storage { .. } => "ERR_STORAGE",
             Error::Fanout(_) => "ERR_FANOUT",
             Error::EdgeReadOnly { .. } => "ERR_EDGE_READ_ONLY",
+            Error::Listen(_) => "ERR_LISTEN",
             Error::Internal(_) => "ERR_INTERNAL",
         }
     }

@@ -21,6 +21,7 @@
 //! - [`journal`]: the in-memory touch journal where clients wait on key sets;
 //! - [`durable`]: touch journals kept on disk across restarts (snapshot and flush log);
 //! - [`engine`]: the manager policy, hot interest, templates, waits by stream, stats;
+//! - [`listener`]: a native HTTP/1.1 front answering touch waits without JavaScript;
 //! - [`prefetch`]: the cache prefetch hint the journal's hot loops use;
 //! - [`timer`]: the one native timer thread (journal timers, completion-port watchdog);
 //! - [`bindings`]: the napi classes and functions (conversion only).
@@ -36,6 +37,7 @@ pub mod hostdb;
 pub mod journal;
 pub mod jscompat;
 pub mod keys;
+pub mod listener;
 pub mod prefetch;
 pub mod processor;
 pub mod spec;

@@ -14,6 +14,7 @@
 //! - [`engine`]: the `TouchEngine` class;
 //! - [`engine_journal`]: the `EngineJournal` class (a stream's journal inside an engine);
 //! - [`engine_records`]: what `TouchEngine.takeRecords()` returns;
+//! - [`listener`]: the `WaitListener` class;
 //! - [`hostdb`]: the `_sql*` functions behind `compat/sqlite-adapter.mjs` (host SQL);
 //! - [`internal`]: what `lib/internal/native.js` hands the native module at load.
 //!
@@ -28,6 +29,7 @@ pub mod internal;
 pub mod journal;
 pub mod journal_fast;
 pub mod keys;
+pub mod listener;
 pub mod napi;
 pub mod processor;
 pub mod spec;

@@ -15,7 +15,7 @@ use crate::bindings::napi::{Js, Out};
 use crate::engine::policy::TouchMode;
 use crate::engine::process::TickReport;
 use crate::engine::templates::{ActivateOutcome, TemplateLimits};
-use crate::engine::wait::{WaitKind, WaitReply, MAX_WAIT_LIST};
+use crate::engine::wait::{WaitKind, WaitReply, MAX_WAIT_LIST, STALE_MESSAGE};
 use crate::engine::{EngineOptions, EngineStatsView, MemoryView, RuntimeView, TopStream, TouchMetaView};
 use crate::error::Error;
 use crate::jscompat::json::Value;
@@ -147,10 +147,7 @@ fn wait_reply(r: WaitReply) -> WaitResult {
         bucket_max_source_offset_seq: r.bucket_max_source_offset_seq.to_string(),
         flush_at_ms: r.flush_at_ms as f64,
         bucket_start_ms: r.bucket_start_ms as f64,
-        error: r.stale.then(|| StaleError {
-            code: "stale".into(),
-            message: "cursor epoch mismatch; rerun/re-subscribe and start from cursor".into(),
-        }),
+        error: r.stale.then(|| StaleError { code: "stale".into(), message: STALE_MESSAGE.into() }),
     }
 }
 

@@ -50,6 +50,11 @@ pub struct TouchEngine {
 }
 
 impl TouchEngine {
+    /// The core engine (for the classes that serve it, such as `WaitListener`).
+    pub(crate) fn core(&self) -> &CoreEngine {
+        &self.engine
+    }
+
     fn promise<'env, T>(
         &self,
         env: &'env Env,

@@ -36,6 +36,13 @@ impl WaitControl {
         }
     }
 
+    /// Whether the wait is parked in its stream's journal. From then on it is answered with a
+    /// reply (touched, timed out, or the engine closing) or [`Error::Aborted`], never another
+    /// error: a caller that keeps the request to answer errors another way may drop it.
+    pub fn is_parked(&self) -> bool {
+        self.parked.lock().is_some()
+    }
+
     /// The journal the wait is parked on, if it is.
     #[cfg(test)]
     pub(crate) fn parked_on(&self) -> Option<Journal> {

@@ -356,6 +356,9 @@ pub fn plan_keys(args: &WaitArgs, mode: TouchMode, template_entities: &[String])
     Ok(WaitPlan { kind, wait_key_ids: wait_keys, hot_key_ids: hot, exact_keys, exact_fallback_key_ids: exact_fallback })
 }
 
+/// The `error.message` of a stale reply (W6).
+pub const STALE_MESSAGE: &str = "cursor epoch mismatch; rerun/re-subscribe and start from cursor";
+
 /// A wait's answer (W6), as the reference's `/touch/wait` returns it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WaitReply {
