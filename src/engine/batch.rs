@@ -56,7 +56,7 @@ impl Inner {
         profile_seq: u64,
         now: i64,
     ) -> Result<bool> {
-        if self.is_edge() {
+        if self.edge().is_some() {
             // An edge's streams live in the writer's file, not in its own store.
             return Ok(false);
         }

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use crate::durable::{JournalDir, Restored, StreamLog};
 use crate::engine::profile;
-use crate::engine::runtime::{journal_options, StreamRt};
+use crate::engine::runtime::{journal_options, Publish, Source, StreamRt};
 use crate::engine::Inner;
 use crate::error::Result;
 use crate::journal::{Journal, JournalConfig};
@@ -121,22 +121,23 @@ pub(crate) fn restore_all(
 
 /// A writer's edges get the flushes replayed from the kept logs again: a process killed
 /// between logging a flush and publishing it would leave them a gap (an edge ignores a flush it
-/// has applied already).
+/// has applied already). Only a published journal's flushes ([`Source::Published`]) have
+/// anywhere to go.
 pub(crate) fn republish(inner: &Inner) {
-    let Some(fanout) = &inner.fanout else { return };
-    let due: Vec<(String, JournalConfig, Vec<crate::journal::FlushRecord>)> = {
+    let due: Vec<(Publish, JournalConfig, Vec<crate::journal::FlushRecord>)> = {
         let mut st = inner.state.lock();
         st.streams
-            .iter_mut()
-            .filter(|(_, rt)| !rt.republish.is_empty())
-            .filter_map(|(name, rt)| {
+            .values_mut()
+            .filter(|rt| !rt.republish.is_empty())
+            .filter_map(|rt| {
+                let Source::Published(publish) = &rt.source else { return None };
                 let cfg = rt.journal.as_ref()?.read(|s| *s.config());
-                Some((name.clone(), cfg, std::mem::take(&mut rt.republish)))
+                Some((publish.clone(), cfg, std::mem::take(&mut rt.republish)))
             })
             .collect()
     };
-    for (name, cfg, records) in due {
-        let observer = fanout.observer(&name, &cfg);
+    for (publish, cfg, records) in due {
+        let observer = publish(&cfg);
         for r in &records {
             observer(r);
         }

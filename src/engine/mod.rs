@@ -14,7 +14,8 @@
 //! - [`stats`]: the stats collector and the reporter line (X1–X5);
 //! - [`records`]: per-batch records, lifecycle events, WAL GC and failures for a host's
 //!   metrics (`EngineOptions::records`);
-//! - [`fanout`]: a writer's flushes and beats for edges, and an edge's mirrors of them;
+//! - [`fanout`]: the engine's role in the fan-out: a writer's flushes and beats for edges, or
+//!   an edge's mirrors of them;
 //! - [`keep`]: journals taken up at open and kept at close ([`crate::durable`]);
 //! - [`runtime`]: the in-memory state of each stream;
 //! - [`process`]: the processing loop that schedules batches, and a pass on demand (M1, M2,
@@ -57,7 +58,8 @@ use crate::error::{Error, Result};
 use crate::journal::{wall_ms, Journal};
 use crate::spec::{validate_state_protocol_profile, StateProtocolProfile, TouchConfig};
 use crate::store::{blocking, Reply, Store};
-use runtime::StreamRt;
+use fanout::Fanout;
+use runtime::{Source, StreamRt};
 use stats::StatsCollector;
 use templates::{ActivateArgs, ActivateOutcome, LifecycleEvent, TemplateDecl, TemplateLimits, TemplateRegistry};
 pub use views::{EngineStatsView, MemoryView, RuntimeView, TopStream, TouchMetaView};
@@ -183,7 +185,8 @@ pub(crate) struct Inner {
     ticks: Mutex<TickQueue>,
     /// Without the loop: whether the thread answering `meta(settle)` runs.
     settle_poller: AtomicBool,
-    pub fanout: Option<Arc<fanout::Fanout>>,
+    /// The engine's role in the fan-out, if it has one.
+    pub fanout: Option<Fanout>,
     /// Where journals are kept across restarts ([`EngineOptions::keep_journals`]).
     pub kept: Option<JournalDir>,
     /// What taking the kept journals up did at open.
@@ -209,11 +212,9 @@ impl TouchEngine {
         if store.is_closed() {
             return Err(Error::Closed("Store"));
         }
-        let fanout = opts.fanout.clone().map(fanout::Fanout::new);
-        if fanout.as_ref().is_some_and(|f| f.is_edge()) {
-            // An edge's streams are the writer's: nothing of its own store is processed.
-            opts.auto_process = false;
-            opts.profile_poll_ms = 0;
+        let fanout = opts.fanout.clone().map(Fanout::new);
+        if let Some(edge) = fanout.as_ref().and_then(Fanout::as_edge) {
+            edge.restrict(&mut opts);
         }
         let loaded: Vec<(String, StateProtocolProfile)> = blocking(|r| {
             store.query(
@@ -230,8 +231,7 @@ impl TouchEngine {
                 r,
             )
         })?;
-        let is_edge = fanout.as_ref().is_some_and(|f| f.is_edge());
-        let folder = JournalDir::of_store(store.path()).filter(|_| opts.keep_cursors && !is_edge);
+        let folder = JournalDir::of_store(store.path()).filter(|_| opts.keep_cursors);
         let kept = match folder {
             Some(path) => match open_journal_dir(&path) {
                 Ok(dir) => Some(dir),
@@ -263,7 +263,7 @@ impl TouchEngine {
         let now = wall_ms();
         let mut streams = HashMap::new();
         for (s, p) in loaded {
-            let rt = new_stream_rt(&fanout, &kept, &s, p);
+            let rt = new_stream_rt(fanout.as_ref(), &kept, &s, p);
             streams.insert(s, rt);
         }
         let restored = match &kept {
@@ -322,10 +322,8 @@ impl TouchEngine {
                 inner.closed.store(true, Ordering::Release);
                 return Err(e);
             }
-            if !f.is_edge() {
-                keep::republish(&inner);
-            }
         }
+        keep::republish(&inner);
         if inner.opts.auto_process {
             let loop_inner = inner.clone();
             let handle = std::thread::Builder::new()
@@ -779,18 +777,16 @@ fn open_journal_dir(path: &std::path::Path) -> std::io::Result<JournalDir> {
 /// How long [`open_journal_dir`] waits for another engine to let the folder go.
 const JOURNAL_DIR_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// A stream's runtime; a writer's publishes its journal's flushes, and keeps them when
-/// journals are kept.
+/// A stream's runtime: its journal's source is the fan-out role's (a writer's publishes its
+/// flushes, an edge's is a mirror), and it is kept when journals are kept.
 fn new_stream_rt(
-    fanout: &Option<Arc<fanout::Fanout>>,
+    fanout: Option<&Fanout>,
     kept: &Option<JournalDir>,
     stream: &str,
     profile: StateProtocolProfile,
 ) -> StreamRt {
-    let mut rt = StreamRt::new(profile);
-    if let Some(f) = fanout.as_ref().filter(|f| !f.is_edge()) {
-        rt.publish = Some((f.clone(), stream.to_string()));
-    }
+    let source = fanout.map_or(Source::Local, |f| f.source(stream));
+    let mut rt = StreamRt::new(profile, source);
     if let Some(dir) = kept {
         rt.keep = Some((dir.clone(), stream.to_string()));
     }
@@ -800,13 +796,12 @@ fn new_stream_rt(
 impl Inner {
     /// Takes `profile` as the stream's (already saved), keeping its runtime state.
     pub(crate) fn adopt_profile(&self, stream: &str, profile: StateProtocolProfile) {
-        self.adopt_profile_with(stream, profile, None)
+        self.adopt_profile_in(&mut self.state.lock(), stream, profile)
     }
 
-    /// [`Inner::adopt_profile`], and the stream's journal is `journal` from then on (an edge's
-    /// mirror), set in the same critical section.
-    pub(crate) fn adopt_profile_with(&self, stream: &str, profile: StateProtocolProfile, journal: Option<&Journal>) {
-        let mut st = self.state.lock();
+    /// [`Inner::adopt_profile`] under the lock the caller holds (an edge gives the stream its
+    /// mirror in the same critical section).
+    pub(crate) fn adopt_profile_in(&self, st: &mut State, stream: &str, profile: StateProtocolProfile) {
         st.profile_seq += 1;
         let seq = st.profile_seq;
         if st.streams.get(stream).is_none_or(|rt| rt.profile != profile) {
@@ -814,9 +809,6 @@ impl Inner {
         }
         match st.streams.get_mut(stream) {
             Some(rt) => {
-                if let Some(j) = journal {
-                    rt.journal = Some(j.clone());
-                }
                 rt.profile_seq = seq;
                 if rt.profile == profile {
                     return;
@@ -829,8 +821,8 @@ impl Inner {
                     rt.processed_through = None;
                 }
                 rt.profile = profile;
-                // (An edge's new mirror, given, is that new journal already.)
-                if journal.is_none() && journal_reset && rt.journal.as_ref().is_some_and(|j| j.active_waiters() == 0) {
+                // A mirror is made anew by its writer's shape, not here (StreamRt::mirror).
+                if journal_reset && !rt.is_mirror() && rt.journal.as_ref().is_some_and(|j| j.active_waiters() == 0) {
                     // B14: new `touch.memory` settings take effect with a new journal
                     // (its cursor is new: clients see `stale`).
                     if let Some(j) = rt.journal.take() {
@@ -840,9 +832,8 @@ impl Inner {
                 }
             }
             None => {
-                let mut rt = new_stream_rt(&self.fanout, &self.kept, stream, profile);
+                let mut rt = new_stream_rt(self.fanout.as_ref(), &self.kept, stream, profile);
                 rt.profile_seq = seq;
-                rt.journal = journal.cloned();
                 st.streams.insert(stream.to_string(), rt);
             }
         }
@@ -855,7 +846,7 @@ impl Inner {
     /// adopted: the stream keeps the config it has, so its routes keep answering and its
     /// journal and cursors survive until a valid profile is read (deviations.md, B7).
     pub(crate) fn reload_profiles(&self, streams: Option<Vec<String>>) -> Result<()> {
-        if self.is_edge() {
+        if self.edge().is_some() {
             // An edge's profiles come with the writer's beats.
             return Ok(());
         }

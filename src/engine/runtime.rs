@@ -1,15 +1,56 @@
-//! The engine's in-memory state per stream: its validated profile, its journal (M20), its
-//! policy state and its runtime totals (M21).
+//! The engine's in-memory state per stream: its validated profile, its journal (M20) and
+//! where that journal's flushes come from and go ([`Source`]), its policy state and its
+//! runtime totals (M21).
 
-use crate::engine::hot::{HotLimits, HotSnapshot, HotState};
-use crate::engine::policy::{FailureBackoff, FineTokens, LagHysteresis, RestrictedBucket, TouchMode, WalGcPacer};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::durable::{JournalDir, StreamLog};
-use crate::engine::fanout::{Fanout, MirrorInfo};
-use crate::journal::{wall_ms, Journal, JournalConfig, JournalOptions, JournalState};
+use crate::engine::hot::{HotLimits, HotSnapshot, HotState};
+use crate::engine::policy::{FailureBackoff, FineTokens, LagHysteresis, RestrictedBucket, TouchMode, WalGcPacer};
+use crate::fanout::wire::JournalShape;
+use crate::journal::{wall_ms, FlushObserver, Journal, JournalConfig, JournalOptions, JournalState};
 use crate::processor::tuples::TupleMemory;
 use crate::spec::{StateProtocolProfile, TouchConfig};
+
+/// Where a stream's journal gets its flushes, and where they go: one source per stream, set
+/// when its runtime is made (by the engine's fan-out role, [`crate::engine::fanout`]).
+pub enum Source {
+    /// The engine's own batches touch it.
+    Local,
+    /// As `Local`, and every flush is published (a writer's): the hook for a journal of the
+    /// stream that runs with a config.
+    Published(Publish),
+    /// A mirror of a writer's journal (an edge's): it takes the writer's flushes, never a
+    /// touch, and beside it is the writer's view of the stream from its last beat.
+    Mirror(MirrorInfo),
+}
+
+/// Makes the observer that publishes the flushes of a stream's journal, given its config.
+pub type Publish = Arc<dyn Fn(&JournalConfig) -> FlushObserver + Send + Sync>;
+
+/// The writer's view of a stream, as an edge last heard it in a beat.
+#[derive(Clone, Debug, Default)]
+pub struct MirrorInfo {
+    pub touch_mode: Option<TouchMode>,
+    pub processed_through: i64,
+    pub lag_source_offsets: i64,
+    pub stream_epoch: i64,
+    pub active_templates: i64,
+    /// Active template id → entity.
+    pub templates: HashMap<String, String>,
+}
+
+impl MirrorInfo {
+    /// The entities of templates `ids` (sorted, once each); ids the writer did not list have
+    /// none.
+    pub fn entities(&self, ids: &[String]) -> Vec<String> {
+        let mut out: Vec<String> = ids.iter().filter_map(|id| self.templates.get(id.trim()).cloned()).collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+}
 
 /// Counters since the engine opened (M15, M21; the reference's `StreamRuntimeTotals`).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -70,8 +111,8 @@ pub struct StreamRt {
     pub fine_per_row: f64,
     /// The tuples the stream's rows were last seen in (complete mode, B5).
     pub tuples: TupleMemory,
-    /// A writer's fan-out and the stream's name: its journal's flushes are published.
-    pub(crate) publish: Option<(Arc<Fanout>, String)>,
+    /// Where the journal's flushes come from and go.
+    pub source: Source,
     /// Where a new journal of the stream is kept across restarts, and the stream's name.
     pub(crate) keep: Option<(JournalDir, String)>,
     /// The journal's kept files ([`crate::durable`]), while they are kept.
@@ -86,8 +127,6 @@ pub struct StreamRt {
     /// The last checkpoint written short of the one reached, because the journal's flushes
     /// covered no further ([`StreamRt::kept_covered_through`]).
     pub checkpoint_capped_at: i64,
-    /// At an edge: the writer's view of the stream, from its last beat.
-    pub mirror: Option<MirrorInfo>,
     /// When the stream was first notified of rows no batch has processed yet (wall ms): an
     /// idle stream's batch waits until IDLE_DEFER_MS after it (see `Inner::tick`).
     pub dirty_since_ms: Option<i64>,
@@ -107,10 +146,16 @@ pub fn journal_options(cfg: &TouchConfig) -> JournalOptions {
     }
 }
 
+/// The shape of the journal a stream with `cfg` runs with: a mirror's must be its writer's.
+pub fn journal_shape(cfg: &TouchConfig) -> JournalShape {
+    JournalShape::of(&JournalConfig::from_options(&journal_options(cfg)))
+}
+
 impl StreamRt {
-    pub fn new(profile: StateProtocolProfile) -> StreamRt {
+    pub fn new(profile: StateProtocolProfile, source: Source) -> StreamRt {
         StreamRt {
             profile,
+            source,
             journal: None,
             hot: None,
             lag: LagHysteresis::default(),
@@ -132,14 +177,12 @@ impl StreamRt {
             hold_wanted: false,
             fine_per_row: 0.0,
             tuples: TupleMemory::default(),
-            publish: None,
             keep: None,
             kept: None,
             replayed_flushes: 0,
             resume_fine_until_ms: 0,
             republish: Vec::new(),
             checkpoint_capped_at: -1,
-            mirror: None,
             dirty_since_ms: None,
         }
     }
@@ -171,10 +214,13 @@ impl StreamRt {
     }
 
     /// M20: the stream's journal, created on first use from `touch.memory` (B14: its filter is
-    /// allocated only when first touched). Returns whether it was created now.
+    /// allocated only when first touched). Returns whether it was created now. A mirror's is
+    /// made with the shape `cfg` gives its writer's journal, for the writer's flushes to reach.
     pub fn journal(&mut self, cfg: &TouchConfig) -> (&Journal, bool) {
         let created = self.journal.is_none();
-        if created {
+        if created && self.is_mirror() {
+            self.mirror(journal_shape(cfg));
+        } else if created {
             let options = journal_options(cfg);
             let config = JournalConfig::from_options(&options);
             let mut state = JournalState::new(config, crate::journal::Epoch::random());
@@ -194,10 +240,46 @@ impl StreamRt {
     pub fn install(&mut self, state: JournalState) {
         let config = *state.config();
         let journal = Journal::from_state(state, None);
-        if let Some((fanout, name)) = &self.publish {
-            journal.set_observer(Some(fanout.observer(name, &config)));
+        if let Source::Published(publish) = &self.source {
+            journal.set_observer(Some(publish(&config)));
         }
         self.journal = Some(journal);
+    }
+
+    /// Whether the journal is a mirror of a writer's.
+    pub fn is_mirror(&self) -> bool {
+        matches!(self.source, Source::Mirror(_))
+    }
+
+    /// The writer's view of the stream, for a mirror.
+    pub fn mirror_info(&self) -> Option<&MirrorInfo> {
+        match &self.source {
+            Source::Mirror(info) => Some(info),
+            _ => None,
+        }
+    }
+
+    pub fn mirror_info_mut(&mut self) -> Option<&mut MirrorInfo> {
+        match &mut self.source {
+            Source::Mirror(info) => Some(info),
+            _ => None,
+        }
+    }
+
+    /// A mirror's journal, of its writer's `shape`: the one it has, or a new one when it has
+    /// none or one of another shape (the writer's journal was made anew with other options).
+    /// The journal replaced is returned: stopping it answers its waiters, which must be done
+    /// outside the engine's lock.
+    pub fn mirror(&mut self, shape: JournalShape) -> (Journal, Option<Journal>) {
+        let options = shape.options();
+        let config = JournalConfig::from_options(&options);
+        match &self.journal {
+            Some(j) if j.read(|s| *s.config()) == config => (j.clone(), None),
+            _ => {
+                let journal = Journal::new(options);
+                (journal.clone(), self.journal.replace(journal))
+            }
+        }
     }
 
     /// How far the stored checkpoint may go: with a kept journal, the last row whose touches
@@ -244,7 +326,7 @@ mod tests {
 
     #[test]
     fn a_new_incarnation_drops_the_checkpoint_and_the_row_memory() {
-        let mut rt = StreamRt::new(StateProtocolProfile { touch: None });
+        let mut rt = StreamRt::new(StateProtocolProfile { touch: None }, Source::Local);
         assert!(!rt.adopt_incarnation(100, 0, None), "the first stream seen");
         rt.processed_through = Some(4);
         rt.checkpoint_unwritten = Some(4);

@@ -265,8 +265,8 @@ fn runtime_view(rt: &mut StreamRt, cfg: &TouchConfig, now_ms: i64) -> RuntimeVie
 
 impl Inner {
     pub(crate) fn meta_view(&self, stream: &str, cfg: &TouchConfig) -> Result<TouchMetaView> {
-        if self.is_edge() {
-            return self.mirrored_meta_view(stream, cfg);
+        if let Some(view) = self.mirrored_meta_view(stream, cfg) {
+            return Ok(view);
         }
         let name = stream.to_string();
         let (active, state, stream_row) = blocking(|r| {
@@ -307,15 +307,16 @@ impl Inner {
         })
     }
 
-    /// An edge's meta: its mirror's journal and the writer's view of the stream from its last
-    /// beat.
-    fn mirrored_meta_view(&self, stream: &str, cfg: &TouchConfig) -> Result<TouchMetaView> {
+    /// A mirror's meta (at an edge): its journal and the writer's view of the stream from its
+    /// last beat. `None` when the stream's journal is not a mirror: the engine's own store
+    /// knows the stream.
+    fn mirrored_meta_view(&self, stream: &str, cfg: &TouchConfig) -> Option<TouchMetaView> {
         let mut st = self.state.lock();
-        let rt = st.streams.get_mut(stream).ok_or_else(|| Error::StreamNotFound { stream: stream.into() })?;
-        let info = rt.mirror.clone().unwrap_or_default();
+        let rt = st.streams.get_mut(stream)?;
+        let info = rt.mirror_info()?.clone();
         let journal = rt.journal(cfg).0.meta();
         let runtime = runtime_view(rt, cfg, wall_ms());
-        Ok(TouchMetaView {
+        Some(TouchMetaView {
             settled: journal.pending_keys == 0 && info.lag_source_offsets == 0,
             journal,
             coarse_interval_ms: cfg.coarse_interval_ms,

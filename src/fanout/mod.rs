@@ -6,8 +6,9 @@
 //! - [`wire`]: the messages and their binary form (pure), a flush's key ids as a set
 //!   ([`keyset`]);
 //! - [`link`]: the NATS client on its own runtime thread (publish in order, consume in order);
-//! - `engine::fanout` (in the engine): what a writer publishes (flush records, beats) and how
-//!   an edge's engine applies them (mirrors, gaps, the writer's view of each stream).
+//! - `engine::fanout` (in the engine): the role an engine plays, a writer (what it publishes:
+//!   flush records, beats) or an edge (how it applies them: mirrors, gaps, the writer's view of
+//!   each stream).
 //!
 //! The mirrors themselves are journals ([`crate::journal::mirror`]): an edge's cursor is the
 //! writer's cursor, and a gap is never silent (older cursors answer `stale`, parked waiters

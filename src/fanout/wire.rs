@@ -21,7 +21,7 @@
 use super::keyset;
 use crate::bytes::{Reader as R, Short, Writer as W};
 use crate::error::{Error, Result};
-use crate::journal::{Epoch, FlushRecord};
+use crate::journal::{Epoch, FlushRecord, JournalConfig, JournalOptions};
 
 const VERSION: u8 = 5;
 const FLUSH: u8 = b'F';
@@ -37,6 +37,30 @@ pub struct JournalShape {
     pub k: u8,
     pub key_index_max_keys: u32,
     pub bucket_ms: u32,
+}
+
+impl JournalShape {
+    /// The shape of a journal that runs with `cfg`.
+    pub fn of(cfg: &JournalConfig) -> JournalShape {
+        JournalShape {
+            filter_pow2: cfg.filter_pow2 as u8,
+            k: cfg.k as u8,
+            key_index_max_keys: cfg.key_index_max_keys.min(u32::MAX as usize) as u32,
+            bucket_ms: cfg.bucket_ms.min(u32::MAX as u64) as u32,
+        }
+    }
+
+    /// The options of a mirror of this shape; the rest are the defaults (a mirror takes whole
+    /// flushes, not touches).
+    pub fn options(&self) -> JournalOptions {
+        JournalOptions {
+            bucket_ms: self.bucket_ms as f64,
+            filter_pow2: self.filter_pow2 as f64,
+            k: self.k as f64,
+            key_index_max_keys: self.key_index_max_keys as f64,
+            ..JournalOptions::default()
+        }
+    }
 }
 
 /// One stream in a beat.

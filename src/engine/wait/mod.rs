@@ -87,7 +87,8 @@ impl TouchEngine {
                 return reply(Err(e));
             }
         }
-        let needs_store = !self.inner.is_edge()
+        // An edge answers from its mirrors and the writer's beats: it never reads its store.
+        let needs_store = self.inner.edge().is_none()
             && (!args.declare_templates.is_empty()
                 || (!args.template_ids_used.is_empty()
                     && (args.interest == InterestMode::Coarse || self.touch_mode(&stream) == TouchMode::CoarseOnly)));
@@ -119,14 +120,14 @@ impl TouchEngine {
             }
             let mode = self.touch_mode(stream);
             let kind = request::choose_kind(&args, mode);
-            let entities = if kind == WaitKind::TableKey && !args.template_ids_used.is_empty() && self.inner.is_edge() {
-                self.mirrored_entities(stream, &args.template_ids_used)
-            } else if kind == WaitKind::TableKey && !args.template_ids_used.is_empty() {
+            let entities = if kind != WaitKind::TableKey || args.template_ids_used.is_empty() {
+                Vec::new()
+            } else if let Some(edge) = self.inner.edge() {
+                edge.entities(&self.inner, stream, &args.template_ids_used)
+            } else {
                 let ids = args.template_ids_used.clone();
                 let name = stream.to_string();
                 blocking(|r| self.inner.store.query(move |c| templates::entities_for_templates(c, &name, &ids), r))?
-            } else {
-                Vec::new()
             };
             let mut plan = plan_keys(&args, mode, &entities)?;
             // Ours: untemplated fine waits also hear the catch-all key (deviations.md, B1–B5).
@@ -176,9 +177,9 @@ fn bucket_fields(s: &crate::journal::JournalState) -> (i64, i64, i64) {
 impl TouchEngine {
     pub(crate) fn heartbeat(&self, stream: &str, cfg: &TouchConfig, ids: &[String]) {
         let now = wall_ms();
-        if let Some(f) = self.inner.fanout.as_ref().filter(|f| f.is_edge()) {
+        if let Some(edge) = self.inner.edge() {
             // An edge's templates live at the writer: it hears of the heartbeat in a report.
-            return f.note_templates_used(stream, ids);
+            return edge.note_templates_used(stream, ids);
         }
         self.inner.registry.heartbeat(stream, ids, now);
         let interval = cfg.templates.last_seen_persist_interval_ms;
@@ -228,9 +229,9 @@ impl TouchEngine {
                 &limits,
                 now,
             );
-            if let Some(f) = &self.inner.fanout {
+            if let Some(edge) = self.inner.edge() {
                 if shape != rt.hot.as_ref().map(HotState::interest_shape) {
-                    f.interest_dirty.store(true, Ordering::Release);
+                    edge.interest_changed();
                 }
             }
             if created {
