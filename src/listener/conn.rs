@@ -202,39 +202,57 @@ async fn internal_error(client: &mut TcpStream) {
     error_reply(client, "500 Internal Server Error", "ERR_INTERNAL", "a parked wait was answered with an error").await
 }
 
-/// For a request the JS server could not be reached for (it is closing).
+/// For a request the JS server could not be reached for (it is closing, or this process is out
+/// of descriptors).
 async fn unreachable_reply(client: &mut TcpStream) {
-    error_reply(client, "502 Bad Gateway", "ERR_CLOSED", "the server is closing").await
+    error_reply(client, "502 Bad Gateway", "ERR_INTERNAL", "the server behind the wait listener could not be reached").await
 }
 
-/// Passes one request (`req`, head and body) to the JS server on a connection of its own and
-/// copies its response back. Whether the client's connection can carry another request.
+/// Passes one request (`req`, head and body) to the JS server, on a kept connection of the
+/// listener's ([`super::Upstreams`]) or a new one, and copies its response back. Whether the
+/// client's connection can carry another request.
 async fn pass(client: &mut TcpStream, req: &[u8], head_request: bool, shared: &Shared) -> bool {
     shared.passed.fetch_add(1, Ordering::Relaxed);
-    let mut up = match TcpStream::connect(shared.upstream).await {
-        Ok(s) => s,
-        Err(_) => {
-            unreachable_reply(client).await;
-            return false;
-        }
+    let mut up = match shared.upstreams.take() {
+        Some(s) => s,
+        None => match TcpStream::connect(shared.upstream).await {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                s
+            }
+            Err(_) => {
+                unreachable_reply(client).await;
+                return false;
+            }
+        },
     };
-    let _ = up.set_nodelay(true);
     if up.write_all(req).await.is_err() {
         unreachable_reply(client).await;
         return false;
     }
+    let (keep, reusable) = relay(client, &mut up, head_request).await;
+    if reusable {
+        shared.upstreams.put(up);
+    }
+    keep
+}
+
+/// Copies the JS server's response to one request from `up` to `client`: whether the client's
+/// connection can carry another request, and whether `up` can (it ended exactly where the
+/// response did, and the server did not ask to close).
+async fn relay(client: &mut TcpStream, up: &mut TcpStream, head_request: bool) -> (bool, bool) {
     let mut got: Vec<u8> = Vec::with_capacity(4096);
     let end = loop {
         if let Some(end) = request::response_head(&got, head_request) {
             break end;
         }
-        if read_some(&mut up, &mut got).await == 0 {
+        if read_some(up, &mut got).await == 0 {
             if got.is_empty() {
                 unreachable_reply(client).await;
             } else {
                 let _ = client.write_all(&got).await;
             }
-            return false;
+            return (false, false);
         }
     };
     match end {
@@ -243,44 +261,44 @@ async fn pass(client: &mut TcpStream, req: &[u8], head_request: bool, shared: &S
             loop {
                 let take = got.len().min(left);
                 if client.write_all(&got[..take]).await.is_err() {
-                    return false;
+                    return (false, false);
                 }
                 left -= take;
                 if left == 0 {
-                    return !close;
+                    return (!close, !close && take == got.len());
                 }
                 got.clear();
-                if read_some(&mut up, &mut got).await == 0 {
-                    return false;
+                if read_some(up, &mut got).await == 0 {
+                    return (false, false);
                 }
             }
         }
         ResponseEnd::Chunked { head, close } => {
             if client.write_all(&got[..head]).await.is_err() {
-                return false;
+                return (false, false);
             }
             let mut chunks = Chunks::default();
             let mut from = head;
             loop {
                 if let Some(n) = chunks.feed(&got[from..]) {
-                    let ok = client.write_all(&got[from..from + n]).await.is_ok();
-                    return ok && !close && !chunks.bad();
+                    let ok = client.write_all(&got[from..from + n]).await.is_ok() && !close && !chunks.bad();
+                    return (ok, ok && from + n == got.len());
                 }
                 if client.write_all(&got[from..]).await.is_err() {
-                    return false;
+                    return (false, false);
                 }
                 got.clear();
                 from = 0;
-                if read_some(&mut up, &mut got).await == 0 {
-                    return false;
+                if read_some(up, &mut got).await == 0 {
+                    return (false, false);
                 }
             }
         }
         ResponseEnd::Eof => {
             if client.write_all(&got).await.is_ok() {
-                let _ = tokio::io::copy(&mut up, client).await;
+                let _ = tokio::io::copy(up, client).await;
             }
-            false
+            (false, false)
         }
     }
 }

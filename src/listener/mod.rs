@@ -40,8 +40,35 @@ pub struct ListenOptions {
     pub upstream: SocketAddr,
 }
 
+/// Connections to the JS server kept open between passed requests: a passed request costs no
+/// connect, and needs no new descriptor (which matters at the process's limit).
+#[derive(Default)]
+struct Upstreams(parking_lot::Mutex<Vec<(tokio::net::TcpStream, Instant)>>);
+
+impl Upstreams {
+    /// Most connections kept.
+    const MAX: usize = 32;
+    /// A kept connection idle longer is closed, not used: well under the Node server's
+    /// `keepAliveTimeout` (130 s), so a request never meets the server closing it.
+    const IDLE: Duration = Duration::from_secs(60);
+
+    fn take(&self) -> Option<tokio::net::TcpStream> {
+        let mut kept = self.0.lock();
+        kept.retain(|(_, at)| at.elapsed() < Self::IDLE);
+        kept.pop().map(|(s, _)| s)
+    }
+
+    fn put(&self, s: tokio::net::TcpStream) {
+        let mut kept = self.0.lock();
+        if kept.len() < Self::MAX {
+            kept.push((s, Instant::now()));
+        }
+    }
+}
+
 /// What every connection shares.
 struct Shared {
+    upstreams: Upstreams,
     /// Until it is set ([`WaitListener::serve`]), every request is passed on.
     engine: OnceLock<TouchEngine>,
     upstream: SocketAddr,
@@ -107,6 +134,7 @@ impl WaitListener {
         let shared = Arc::new(Shared {
             engine: engine.map(OnceLock::from).unwrap_or_default(),
             upstream: opts.upstream,
+            upstreams: Upstreams::default(),
             live: AtomicUsize::new(0),
             idle: Notify::new(),
             waiting: AtomicUsize::new(0),
