@@ -1,7 +1,7 @@
 // Parked-wait density (issue 34, item 4): what one parked HTTP long-poll wait costs a server
 // process, and how fast a mass wake is answered.
 //
-//   node bench/density.mjs [--n 10000,max] [--rounds 1] [--targets ours,ours-bun,reference,floor-node,floor-bun]
+//   node bench/density.mjs [--n 10000,max] [--rounds 1] [--targets ours,ours-bun,ours-native,ours-native-bun,reference,floor-node,floor-bun]
 //        [--ours-timeout 30000] [--idle-seconds 5] [--emfile 1|0|only] [--emfile-targets ours] [--emfile-limit 1000]
 //        [--emfile-conns 1200]
 //
