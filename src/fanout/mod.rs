@@ -4,7 +4,7 @@
 //! waits it does not hold (issue 28).
 //!
 //! - [`wire`]: the messages and their binary form (pure), a flush's key ids as a set
-//!   ([`keyset`]);
+//!   ([`keyset`]), and why a message could not be read ([`wire::DecodeError`]);
 //! - [`link`]: the NATS client on its own runtime thread (publish in order, consume in order);
 //! - `engine::fanout` (in the engine): the role an engine plays, a writer (what it publishes:
 //!   flush records, beats) or an edge (how it applies them: mirrors, gaps, the writer's view of
