@@ -363,6 +363,24 @@ export interface DeniedTemplate {
   reason: 'invalid' | 'rate_limited' | 'cap_exceeded'
 }
 
+/** The bounds of `TouchEngine`'s integer options. */
+export declare const engineBounds: EngineBounds
+
+/**
+ * What `new TouchEngine` accepts of its integer options; anything else is refused
+ * (`ERR_INVALID_ARGUMENT`).
+ */
+export interface EngineBounds {
+  /** 0 counts as 1. */
+  workers: OptionBounds
+  checkIntervalMs: OptionBounds
+  /** 0 counts as 1. */
+  maxBatchRows: OptionBounds
+  /** 0 counts as 1. */
+  maxBatchBytes: OptionBounds
+  profilePollMs: OptionBounds
+}
+
 /** `memoryStats()`: the memory counters and the top streams, without resetting anything. */
 export interface EngineMemoryReport {
   memory: EngineMemoryStats
@@ -422,12 +440,31 @@ export interface FailureRecord {
   count: number
 }
 
-/** `options.fanout` of `new TouchEngine`. */
+/** The bounds of `options.fanout`. */
+export declare const fanoutBounds: FanoutBounds
+
+/**
+ * What `options.fanout` of `new TouchEngine` accepts; anything else is refused
+ * (`ERR_INVALID_ARGUMENT`).
+ */
+export interface FanoutBounds {
+  /** The prefix's length; its characters are `[A-Za-z0-9_-]`. */
+  prefixLength: OptionBounds
+  maxAgeMs: OptionBounds
+  maxBytes: OptionBounds
+  beatMs: OptionBounds
+  batchMs: OptionBounds
+}
+
+/**
+ * `options.fanout` of `new TouchEngine`: what is not given is `fanoutDefaults`'s, and a
+ * value outside `fanoutBounds` is refused (`ERR_INVALID_ARGUMENT`).
+ */
 export interface FanoutConfig {
   role: 'writer' | 'edge'
   /** `nats://host:port`. */
   url: string
-  /** Subject prefix; one per writer (default `durable-touch`). */
+  /** Subject prefix; one per writer (default `durable-touch`): 1 to 64 of `[A-Za-z0-9_-]`. */
   prefix?: string
   /**
    * Retention of the writer's JetStream stream (defaults 10 minutes, 256 MiB; from 1,000 ms to
@@ -444,6 +481,18 @@ export interface FanoutConfig {
    * 0: at once; at most 1,000). Fewer bytes per key reach each edge, this much later.
    */
   batchMs?: number
+}
+
+/** The defaults of `options.fanout`. */
+export declare const fanoutDefaults: FanoutDefaults
+
+/** What `options.fanout` of `new TouchEngine` takes for what it is not given. */
+export interface FanoutDefaults {
+  prefix: string
+  maxAgeMs: number
+  maxBytes: number
+  beatMs: number
+  batchMs: number
 }
 
 /** What `fanoutStats()` reports. */
@@ -560,6 +609,12 @@ export interface MetaOptions {
   settle?: 'flush'
   /** Bound for `settle`, clamped to [0, 120000] (default 30000). */
   timeoutMs?: number
+}
+
+/** An integer option's bounds, both included. */
+export interface OptionBounds {
+  min: number
+  max: number
 }
 
 /** The result of `processRows` / `processBatch` with `output: "packed"`. */
@@ -823,22 +878,31 @@ export interface TouchConfig {
   templates?: TouchTemplatesConfig
 }
 
-/** Options of `new TouchEngine(store, options)`. */
+/**
+ * Options of `new TouchEngine(store, options)`. An integer option outside its bounds
+ * (`engineBounds`) is refused (`ERR_INVALID_ARGUMENT`), not moved into them.
+ */
 export interface TouchEngineOptions {
-  /** Streams processed concurrently (default: cores, at most 4). */
+  /**
+   * Streams processed concurrently (default: cores, at most 4). From 0 to 64
+   * (`engineBounds`), 0 counting as 1; `autoProcess: false` processes nothing.
+   */
   workers?: number
-  /** Safety-net tick in ms (default 250; 0 = none). Appends wake the loop at once anyway. */
+  /**
+   * Safety-net tick in ms (default 250; 0 = none; at most an hour). Appends wake the loop
+   * at once anyway.
+   */
   checkIntervalMs?: number
-  /** Rows per batch (default 500). */
+  /** Rows per batch (default 500; at most 1,000,000, 0 counting as 1). */
   maxBatchRows?: number
-  /** Payload bytes per batch (default 4 MiB). */
+  /** Payload bytes per batch (default 4 MiB; at most 10^12, 0 counting as 1). */
   maxBatchBytes?: number
   /** Run the background processing loop (default true). */
   autoProcess?: boolean
   /**
    * For a host that saves profiles in the file itself: re-read every state-protocol
-   * profile this often, in ms (default 0: never; `setProfile` is then the only way in).
-   * A notified stream the engine does not know has its profile read at once.
+   * profile this often, in ms (default 0: never; `setProfile` is then the only way in; at
+   * most an hour). A notified stream the engine does not know has its profile read at once.
    */
   profilePollMs?: number
   /**

@@ -254,6 +254,31 @@ test("bad requests get coded errors", async () => {
   await closeAll(ctx);
 });
 
+test("engine options outside engineBounds are refused by name; a 0 worker, row or byte counts as 1", async () => {
+  const { engineBounds } = dt;
+  assert.ok(Object.isFrozen(engineBounds) && Object.isFrozen(engineBounds.workers));
+  const store = Store.open(":memory:");
+  try {
+    for (const [name, { min, max }] of Object.entries(engineBounds)) {
+      const says = `options.${name} must be an integer in [${min}, ${max}]`;
+      for (const v of [max + 1, min - 1, 2.5, Infinity]) {
+        assert.throws(() => new TouchEngine(store, { [name]: v }), (e) => e.code === "ERR_INVALID_ARGUMENT" && e.message === says, `${name}: ${v}`);
+      }
+    }
+    assert.deepEqual(engineBounds.workers, { min: 0, max: 64 });
+    await store.createStream("s", { contentType: "application/json" });
+    const engine = new TouchEngine(store, { workers: 0, maxBatchRows: 0, maxBatchBytes: 0, checkIntervalMs: 100 });
+    engine.setTouchConfig("s", { enabled: true });
+    const { cursor } = await engine.meta("s");
+    const w = engine.wait({ stream: "s", cursor, keyIds: [keys.tableKeyId("public.posts")], interestMode: "coarse", timeoutMs: 5000 });
+    await store.append("s", [rec("insert", { id: 1, authorId: 1, status: "draft" }), rec("insert", { id: 2, authorId: 1, status: "draft" })]);
+    assert.equal((await w).touched, true);
+    await engine.close();
+  } finally {
+    await store.close();
+  }
+});
+
 test("replies have the route's fields, in its order, for every kind and outcome", async () => {
   const ctx = await open();
   const { store, engine } = ctx;

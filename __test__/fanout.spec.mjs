@@ -607,6 +607,34 @@ test("randomized: cursors carried between the writer and two edges answer alike 
   });
 }, { timeout: 180_000 });
 
+test("fanoutDefaults and fanoutBounds are the core's: the bounds it enforces, read-only", () => {
+  const { fanoutDefaults, fanoutBounds } = dt;
+  assert.equal(fanoutDefaults.prefix, "durable-touch");
+  assert.deepEqual({ ...fanoutDefaults }, { prefix: "durable-touch", maxAgeMs: 600_000, maxBytes: 268_435_456, beatMs: 500, batchMs: 0 });
+  assert.ok(Object.isFrozen(fanoutDefaults) && Object.isFrozen(fanoutBounds) && Object.isFrozen(fanoutBounds.beatMs));
+  const store = Store.open(":memory:");
+  try {
+    const base = { role: "edge", url: "nats://127.0.0.1:9" };
+    for (const [name, { min, max }] of Object.entries(fanoutBounds)) {
+      if (name === "prefixLength") {
+        for (const prefix of ["a".repeat(max + 1), ...(min > 0 ? ["a".repeat(min - 1)] : [])]) {
+          assert.throws(() => new TouchEngine(store, { fanout: { ...base, prefix } }), /options\.fanout\.prefix must be 1-64/);
+        }
+        continue;
+      }
+      for (const v of [max + 1, ...(min > 0 ? [min - 1] : [])]) {
+        assert.throws(
+          () => new TouchEngine(store, { fanout: { ...base, [name]: v } }),
+          (e) => e.code === "ERR_INVALID_ARGUMENT" && e.message === `options.fanout.${name} must be an integer in [${min}, ${max}], got ${v}`,
+          `${name}: ${v}`,
+        );
+      }
+    }
+  } finally {
+    store.close();
+  }
+});
+
 test("fan-out options outside their bounds are refused, not moved into them", () => {
   const store = Store.open(":memory:");
   try {

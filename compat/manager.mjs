@@ -36,12 +36,12 @@
 //
 // The fan-out (issue 28) is turned on by the environment, so a deployment adds edges without
 // code changes: with DURABLE_TOUCH_NATS=nats://host:port the engine is a writer publishing its
-// journals' flushes and beats there (prefix DURABLE_TOUCH_NATS_PREFIX, default
-// `durable-touch`; retention DURABLE_TOUCH_NATS_MAX_AGE_MS and DURABLE_TOUCH_NATS_MAX_BYTES),
+// journals' flushes and beats there (prefix DURABLE_TOUCH_NATS_PREFIX, default the engine's,
+// `fanoutDefaults.prefix`; retention DURABLE_TOUCH_NATS_MAX_AGE_MS and DURABLE_TOUCH_NATS_MAX_BYTES),
 // and its edges send clients to DURABLE_TOUCH_WRITER_URL (default the
 // server's own http://host:port from its config, when that names a port and a host an edge can
 // use; else none, and edges need their own --writer). See `fanoutFromEnv`.
-import { Store, TouchEngine } from "../index.js";
+import { engineBounds, Store, TouchEngine } from "../index.js";
 import { bridgeWaitForAny, TouchJournal } from "./journal.mjs";
 import { hostConnectionOf } from "./sqlite-adapter.mjs";
 import { feedLiveMetrics } from "./live-metrics.mjs";
@@ -189,7 +189,7 @@ export function createTouchProcessorManager(host = {}) {
       const fanout = fanoutFromEnv(cfg);
       this.store = Store.open(cfg.dbPath, { hostConnection });
       this.engine = new TouchEngine(this.store, {
-        workers: Math.max(1, Math.min(64, workers)),
+        workers: Math.max(1, Math.min(engineBounds.workers.max, workers)),
         // Processing follows `notify` at once, so the host's tick is only the safety net (rows
         // written by another process, backoffs, upkeep): at least SAFETY_NET_MS, whatever the
         // host passes (the local runtime passes 5 ms, which kept a core ~8% busy idle).

@@ -66,7 +66,8 @@ pub enum Error {
     #[error("sqlite error {code} ({extended_code}): {message}")]
     Storage { code: String, extended_code: i32, message: String },
 
-    /// The fan-out (NATS JetStream) failed, or a message on it could not be read.
+    /// The fan-out (NATS JetStream) failed: no broker, a thread that would not start. (A
+    /// message that cannot be read is dropped and counted: [`crate::fanout::wire::DecodeError`].)
     #[error("{0}")]
     Fanout(String),
 

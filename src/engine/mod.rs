@@ -16,6 +16,7 @@
 //!   metrics (`EngineOptions::records`);
 //! - [`fanout`]: the engine's role in the fan-out: a writer's flushes and beats for edges, or
 //!   an edge's mirrors of them;
+//! - [`options`]: the engine's options, their defaults and bounds;
 //! - [`keep`]: journals taken up at open and kept at close ([`crate::durable`]);
 //! - [`runtime`]: the in-memory state of each stream;
 //! - [`process`]: the processing loop that schedules batches, and a pass on demand (M1, M2,
@@ -32,6 +33,7 @@ pub mod fanout;
 pub mod hot;
 pub mod interest;
 pub mod keep;
+pub mod options;
 pub mod policy;
 pub mod process;
 pub mod profile;
@@ -59,62 +61,13 @@ use crate::journal::{wall_ms, Journal};
 use crate::spec::{validate_state_protocol_profile, StateProtocolProfile, TouchConfig};
 use crate::store::{blocking, Reply, Store};
 use fanout::Fanout;
+pub use options::EngineOptions;
 use runtime::{Source, StreamRt};
 use stats::StatsCollector;
 use templates::{ActivateArgs, ActivateOutcome, LifecycleEvent, TemplateDecl, TemplateLimits, TemplateRegistry};
 pub use views::{EngineStatsView, MemoryView, RuntimeView, TopStream, TouchMetaView};
 use wait::catch_all_key_id;
 pub use wait::WaitControl;
-
-/// Engine options (the reference's `DS_TOUCH_*` settings).
-#[derive(Debug, Clone)]
-pub struct EngineOptions {
-    /// Streams processed concurrently per tick (M2).
-    pub workers: usize,
-    /// The safety-net tick, in ms (M1); 0 disables it.
-    pub check_interval_ms: u64,
-    pub max_batch_rows: usize,
-    pub max_batch_bytes: u64,
-    /// Run the background loop. Without it, batches run only through `processBatch`.
-    pub auto_process: bool,
-    /// M17: `DS_BASE_WAL_GC_INTERVAL_MS` / `DS_BASE_WAL_GC_CHUNK_OFFSETS`.
-    pub wal_gc_interval_ms: i64,
-    pub wal_gc_chunk_offsets: i64,
-    /// For a host that saves profiles in the file itself: how often the loop re-reads every
-    /// state-protocol profile (0: never). A notified stream the engine does not know yet has
-    /// its profile read at once either way.
-    pub profile_poll_ms: u64,
-    /// Keep a bounded queue of what each batch did, the template lifecycle events, WAL GC
-    /// deletions and batch failures, for [`TouchEngine::take_records`] (a host that reports
-    /// them, as the swapped server's `live.metrics` does). Off: nothing is kept.
-    pub records: bool,
-    /// Publish flushes to edges over NATS JetStream (a writer), or mirror a writer's (an edge:
-    /// open it over a private empty store; it runs no processing loop).
-    pub fanout: Option<crate::fanout::FanoutOptions>,
-    /// Keep touch journals across restarts ([`crate::durable`], in `<store file>-journals/`),
-    /// so that every cursor handed out stays valid (default). Off: a new epoch at every open,
-    /// as the reference. Not for an in-memory store, nor at an edge (its journals are mirrors
-    /// of the writer's).
-    pub keep_cursors: bool,
-}
-
-impl Default for EngineOptions {
-    fn default() -> Self {
-        EngineOptions {
-            workers: std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4),
-            check_interval_ms: 250,
-            max_batch_rows: 500,
-            max_batch_bytes: 4 * 1024 * 1024,
-            auto_process: true,
-            wal_gc_interval_ms: 1000,
-            wal_gc_chunk_offsets: 1_000_000,
-            profile_poll_ms: 0,
-            records: false,
-            fanout: None,
-            keep_cursors: true,
-        }
-    }
-}
 
 /// Lifecycle events seen since open, by kind (T11).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -187,7 +140,7 @@ pub(crate) struct Inner {
     settle_poller: AtomicBool,
     /// The engine's role in the fan-out, if it has one.
     pub fanout: Option<Fanout>,
-    /// Where journals are kept across restarts ([`EngineOptions::keep_journals`]).
+    /// Where journals are kept across restarts ([`EngineOptions::keep_cursors`]).
     pub kept: Option<JournalDir>,
     /// What taking the kept journals up did at open.
     pub restored: keep::RestoreReport,
@@ -206,9 +159,11 @@ pub struct TouchEngine {
 }
 
 impl TouchEngine {
-    /// Opens the engine over `store`: loads every state-protocol profile, seeds the touch state
-    /// of touch-enabled streams (M22), hooks appends and starts the loop.
+    /// Opens the engine over `store`: checks `opts` ([`EngineOptions::validate`]), loads every
+    /// state-protocol profile, seeds the touch state of touch-enabled streams (M22), hooks
+    /// appends and starts the loop.
     pub fn open(store: Store, mut opts: EngineOptions) -> Result<TouchEngine> {
+        opts.validate()?;
         if store.is_closed() {
             return Err(Error::Closed("Store"));
         }

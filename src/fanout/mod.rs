@@ -4,11 +4,13 @@
 //! waits it does not hold (issue 28).
 //!
 //! - [`wire`]: the messages and their binary form (pure), a flush's key ids as a set
-//!   ([`keyset`]);
+//!   ([`keyset`]), and why a message could not be read ([`wire::DecodeError`]);
 //! - [`link`]: the NATS client on its own runtime thread (publish in order, consume in order);
 //! - `engine::fanout` (in the engine): the role an engine plays, a writer (what it publishes:
 //!   flush records, beats) or an edge (how it applies them: mirrors, gaps, the writer's view of
-//!   each stream).
+//!   each stream);
+//! - this module: the [`Role`] and the [`FanoutOptions`], with their [`defaults`] and
+//!   [`bounds`] ([`FanoutOptions::validate`]).
 //!
 //! The mirrors themselves are journals ([`crate::journal::mirror`]): an edge's cursor is the
 //! writer's cursor, and a gap is never silent (older cursors answer `stale`, parked waiters
@@ -50,8 +52,25 @@ pub struct FanoutOptions {
     pub batch_ms: u64,
 }
 
+/// The defaults of [`FanoutOptions`], the one place they are written: the native module
+/// exports them to JS (`fanoutDefaults`) for what builds fan-out options there.
+pub mod defaults {
+    /// The subjects' prefix when none is given.
+    pub const PREFIX: &str = "durable-touch";
+    /// The broker a Rust caller reaches when it names none (JS callers must name one).
+    pub const URL: &str = "nats://127.0.0.1:4222";
+    /// Ten minutes.
+    pub const MAX_AGE_MS: u64 = 10 * 60 * 1000;
+    /// 256 MiB.
+    pub const MAX_BYTES: i64 = 256 * 1024 * 1024;
+    pub const BEAT_MS: u64 = 500;
+    /// Each flush goes at once.
+    pub const BATCH_MS: u64 = 0;
+}
+
 /// The bounds [`FanoutOptions::validate`] holds options to, however they were built (the
-/// engine's `fanout` option, the server's `--nats-*` flags, a swap's environment).
+/// engine's `fanout` option, the server's `--nats-*` flags, a swap's environment); exported
+/// to JS as `fanoutBounds`.
 pub mod bounds {
     use std::ops::RangeInclusive;
 
@@ -105,13 +124,13 @@ impl Default for FanoutOptions {
     fn default() -> Self {
         FanoutOptions {
             role: Role::Writer,
-            url: "nats://127.0.0.1:4222".into(),
-            prefix: "durable-touch".into(),
-            max_age_ms: 10 * 60 * 1000,
-            max_bytes: 256 * 1024 * 1024,
-            beat_ms: 500,
+            url: defaults::URL.into(),
+            prefix: defaults::PREFIX.into(),
+            max_age_ms: defaults::MAX_AGE_MS,
+            max_bytes: defaults::MAX_BYTES,
+            beat_ms: defaults::BEAT_MS,
             writer_url: String::new(),
-            batch_ms: 0,
+            batch_ms: defaults::BATCH_MS,
         }
     }
 }

@@ -16,11 +16,10 @@
 //! lower than the highest it has seen: a deposed writer's messages (issue 34).
 //!
 //! Every message starts with a kind byte and the format version; a reader refuses what it
-//! does not know ([`Error::Fanout`]) rather than guess.
+//! does not know ([`DecodeError`]) rather than guess.
 
 use super::keyset;
 use crate::bytes::{Reader as R, Short, Writer as W};
-use crate::error::{Error, Result};
 use crate::journal::{Epoch, FlushRecord, JournalConfig, JournalOptions};
 
 const VERSION: u8 = 5;
@@ -263,54 +262,77 @@ pub fn envelope(lease: u64, messages: &[&[u8]]) -> Vec<u8> {
 
 // ---- reading
 
-fn short() -> Error {
-    Error::Fanout("a fan-out message ends early".into())
+/// Why a fan-out message could not be read. Whoever reads one counts it (`badMessages` of
+/// `fanoutStats()`) or skips it, and goes on: no decode error reaches a caller of the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("a fan-out message ends early")]
+    EndsEarly,
+    #[error("a fan-out string is not UTF-8")]
+    NotUtf8,
+    #[error("a fan-out varint is too long")]
+    LongVarint,
+    /// Bits no writer spells in a flush's key ids ([`keyset::Bad::Spelling`]).
+    #[error("a flush's key ids are misspelled")]
+    KeysMisspelled,
+    #[error("unexpected fan-out message kind {0}")]
+    Kind(u8),
+    #[error("fan-out format version {0}; this build reads {VERSION}")]
+    Version(u8),
+    #[error("trailing bytes after a fan-out message")]
+    Trailing,
+    /// An envelope's message said it shares more bytes with the one before it than that holds.
+    #[error("an envelope's message shares more than the one before it holds")]
+    Overshared,
 }
 
-impl From<Short> for Error {
-    fn from(s: Short) -> Error {
+/// What reading a message gives.
+pub type Decoded<T> = std::result::Result<T, DecodeError>;
+
+impl From<Short> for DecodeError {
+    fn from(s: Short) -> DecodeError {
         match s {
-            Short::EndsEarly => short(),
-            Short::NotUtf8 => Error::Fanout("a fan-out string is not UTF-8".into()),
-            Short::LongVarint => Error::Fanout("a fan-out varint is too long".into()),
+            Short::EndsEarly => DecodeError::EndsEarly,
+            Short::NotUtf8 => DecodeError::NotUtf8,
+            Short::LongVarint => DecodeError::LongVarint,
         }
     }
 }
 
-impl From<keyset::Bad> for Error {
-    fn from(bad: keyset::Bad) -> Error {
+impl From<keyset::Bad> for DecodeError {
+    fn from(bad: keyset::Bad) -> DecodeError {
         match bad {
             keyset::Bad::Short(s) => s.into(),
-            keyset::Bad::Spelling => Error::Fanout("a flush's key ids are misspelled".into()),
+            keyset::Bad::Spelling => DecodeError::KeysMisspelled,
         }
     }
 }
 
 /// A message's kind byte and format version.
-fn read_header(r: &mut R<'_>, kind: u8) -> Result<()> {
+fn read_header(r: &mut R<'_>, kind: u8) -> Decoded<()> {
     let (k, v) = (r.u8()?, r.u8()?);
     if k != kind {
-        return Err(Error::Fanout(format!("unexpected fan-out message kind {k}")));
+        return Err(DecodeError::Kind(k));
     }
     if v != VERSION {
-        return Err(Error::Fanout(format!("fan-out format version {v}; this build reads {VERSION}")));
+        return Err(DecodeError::Version(v));
     }
     Ok(())
 }
 
 /// Nothing may follow a message.
-fn end(r: R<'_>) -> Result<()> {
+fn end(r: R<'_>) -> Decoded<()> {
     if r.b.is_empty() {
         Ok(())
     } else {
-        Err(Error::Fanout("trailing bytes after a fan-out message".into()))
+        Err(DecodeError::Trailing)
     }
 }
 
 /// Decodes a writer's message.
-pub fn decode(bytes: &[u8]) -> Result<Message> {
+pub fn decode(bytes: &[u8]) -> Decoded<Message> {
     let mut r = R { b: bytes };
-    let kind = *bytes.first().ok_or_else(short)?;
+    let kind = *bytes.first().ok_or(DecodeError::EndsEarly)?;
     let msg = match kind {
         FLUSH => {
             read_header(&mut r, FLUSH)?;
@@ -318,11 +340,11 @@ pub fn decode(bytes: &[u8]) -> Result<Message> {
             let shape = JournalShape {
                 filter_pow2: r.u8()?,
                 k: r.u8()?,
-                key_index_max_keys: u32::try_from(r.var()?).map_err(|_| short())?,
-                bucket_ms: u32::try_from(r.var()?).map_err(|_| short())?,
+                key_index_max_keys: u32::try_from(r.var()?).map_err(|_| DecodeError::EndsEarly)?,
+                bucket_ms: u32::try_from(r.var()?).map_err(|_| DecodeError::EndsEarly)?,
             };
             let epoch = Epoch(r.u64()?);
-            let generation = u32::try_from(r.var()?).map_err(|_| short())?;
+            let generation = u32::try_from(r.var()?).map_err(|_| DecodeError::EndsEarly)?;
             let flush_at_ms = r.svar()?;
             let bucket_start_ms = flush_at_ms.wrapping_sub(r.svar()?);
             let max_source_offset = r.svar()?;
@@ -381,14 +403,14 @@ pub fn decode(bytes: &[u8]) -> Result<Message> {
             }
             Message::Beat { writer, writer_url, streams }
         }
-        k => return Err(Error::Fanout(format!("unexpected fan-out message kind {k}"))),
+        k => return Err(DecodeError::Kind(k)),
     };
     end(r)?;
     Ok(msg)
 }
 
 /// Decodes an edge's interest.
-pub fn decode_interest(bytes: &[u8]) -> Result<Interest> {
+pub fn decode_interest(bytes: &[u8]) -> Decoded<Interest> {
     let mut r = R { b: bytes };
     read_header(&mut r, INTEREST)?;
     let edge = r.u64()?;
@@ -420,7 +442,7 @@ pub fn decode_interest(bytes: &[u8]) -> Result<Interest> {
 }
 
 /// Decodes a writer's claim.
-pub fn decode_claim(bytes: &[u8]) -> Result<Claim> {
+pub fn decode_claim(bytes: &[u8]) -> Decoded<Claim> {
     let mut r = R { b: bytes };
     read_header(&mut r, CLAIM)?;
     let claim = Claim {
@@ -435,19 +457,19 @@ pub fn decode_claim(bytes: &[u8]) -> Result<Claim> {
 }
 
 /// Opens an [`envelope`]: its lease and the messages it holds.
-pub fn open_envelope(bytes: &[u8]) -> Result<(u64, Vec<Vec<u8>>)> {
+pub fn open_envelope(bytes: &[u8]) -> Decoded<(u64, Vec<Vec<u8>>)> {
     let mut r = R { b: bytes };
     read_header(&mut r, ENVELOPE)?;
     let lease = r.var()?;
     let n = r.vcount(2)?;
     let mut messages: Vec<Vec<u8>> = Vec::with_capacity(n);
     for _ in 0..n {
-        let shared = usize::try_from(r.var()?).map_err(|_| short())?;
+        let shared = usize::try_from(r.var()?).map_err(|_| DecodeError::EndsEarly)?;
         let before = messages.last().map_or(&[][..], |m| &m[..]);
         if shared > before.len() {
-            return Err(Error::Fanout("an envelope's message shares more than the one before it holds".into()));
+            return Err(DecodeError::Overshared);
         }
-        let len = usize::try_from(r.var()?).map_err(|_| short())?;
+        let len = usize::try_from(r.var()?).map_err(|_| DecodeError::EndsEarly)?;
         let rest = r.take(len)?;
         let mut m = Vec::with_capacity(shared + rest.len());
         m.extend_from_slice(&before[..shared]);
@@ -544,7 +566,7 @@ mod tests {
             }],
         };
         assert_eq!(decode_interest(&encode_interest(&interest)).unwrap(), interest);
-        assert_eq!(decode(&encode_interest(&interest)).unwrap_err().code(), "ERR_FANOUT");
+        assert_eq!(decode(&encode_interest(&interest)).unwrap_err(), DecodeError::Kind(INTEREST));
     }
 
     #[test]
@@ -578,7 +600,20 @@ mod tests {
         w.var(1);
         w.var(1);
         w.var(0);
-        assert!(open_envelope(&w.0).is_err());
+        assert_eq!(open_envelope(&w.0), Err(DecodeError::Overshared));
+    }
+
+    #[test]
+    fn what_cannot_be_read_says_why() {
+        let bytes = encode(&flush(vec![1, 2, 3], vec![]));
+        assert_eq!(decode(&bytes[..bytes.len() - 1]), Err(DecodeError::EndsEarly));
+        assert_eq!(decode(&[bytes.clone(), vec![0]].concat()), Err(DecodeError::Trailing));
+        assert_eq!(decode(&[]), Err(DecodeError::EndsEarly));
+        assert_eq!(decode(b"Z"), Err(DecodeError::Kind(b'Z')));
+        // A key set's own refusals fold into the message's.
+        assert_eq!(DecodeError::from(keyset::Bad::Spelling), DecodeError::KeysMisspelled);
+        assert_eq!(DecodeError::from(keyset::Bad::Short(Short::NotUtf8)), DecodeError::NotUtf8);
+        assert_eq!(DecodeError::KeysMisspelled.to_string(), "a flush's key ids are misspelled");
     }
 
     #[test]
@@ -586,7 +621,8 @@ mod tests {
         let mut b = encode(&flush(vec![1], vec![]));
         b[1] = 1;
         let e = decode(&b).unwrap_err();
-        assert!(e.to_string().contains("version 1"), "{e}");
+        assert_eq!(e, DecodeError::Version(1));
+        assert_eq!(e.to_string(), format!("fan-out format version 1; this build reads {VERSION}"));
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! Conversions for `TouchEngine`: its options and arguments read from JS, and the core's
 //! replies and views as the objects of [`super::types`].
 
+use std::fmt::Display;
+use std::ops::RangeInclusive;
+
 use napi::bindgen_prelude::*;
 
 use super::types::{
@@ -12,12 +15,14 @@ use crate::bindings::napi::abort;
 use crate::bindings::napi::helpers::{self, Helper};
 use crate::bindings::napi::value::{to_js, RawValue};
 use crate::bindings::napi::{Js, Out};
+use crate::engine::options::{bounds, out_of_bounds};
 use crate::engine::policy::TouchMode;
 use crate::engine::process::TickReport;
 use crate::engine::templates::{ActivateOutcome, TemplateLimits};
 use crate::engine::wait::{WaitKind, WaitReply, MAX_WAIT_LIST, STALE_MESSAGE};
 use crate::engine::{EngineOptions, EngineStatsView, MemoryView, RuntimeView, TopStream, TouchMetaView};
 use crate::error::Error;
+use crate::fanout::{FanoutOptions, Role};
 use crate::jscompat::json::Value;
 
 fn opt_num(o: &Js, key: &str) -> crate::Result<Option<f64>> {
@@ -27,33 +32,43 @@ fn opt_num(o: &Js, key: &str) -> crate::Result<Option<f64>> {
 /// `Number.MAX_SAFE_INTEGER`: the largest whole number a JS number holds exactly.
 const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
 
+/// `options.<key>` as a whole number of the option's type; a number that is not one is
+/// refused as the core refuses the option `name` outside `bounds` (which the core checks).
+fn opt_int<T: TryFrom<u64> + Display>(
+    o: &Js,
+    key: &str,
+    name: &str,
+    bounds: &RangeInclusive<T>,
+) -> crate::Result<Option<T>> {
+    let whole = |v: f64| v.is_finite() && v.fract() == 0.0 && (0.0..=MAX_SAFE_INTEGER).contains(&v);
+    opt_num(o, key)?
+        .map(|v| whole(v).then(|| T::try_from(v as u64).ok()).flatten().ok_or_else(|| out_of_bounds(name, bounds)))
+        .transpose()
+}
+
+/// `new TouchEngine(store, options)`'s options as the core's, checked by the core
+/// ([`EngineOptions::validate`]); what is not given keeps its default.
 pub(super) fn parse_options(options: Option<Js>) -> crate::Result<EngineOptions> {
     let mut o = EngineOptions::default();
     let Some(opts) = options.filter(|v| !v.is_nullish()) else { return Ok(o) };
     let opts = opts.object("options")?;
-    let count = |v: f64, what: &str, max: f64| -> crate::Result<f64> {
-        if !v.is_finite() || v.fract() != 0.0 || v < 0.0 || v > max {
-            return Err(Error::invalid(format!("options.{what} must be an integer in [0, {max}]")));
-        }
-        Ok(v)
-    };
-    if let Some(v) = opt_num(&opts, "workers")? {
-        o.workers = count(v, "workers", 64.0)?.max(1.0) as usize;
+    if let Some(v) = opt_int(&opts, "workers", "workers", &bounds::WORKERS)? {
+        o.workers = v;
     }
-    if let Some(v) = opt_num(&opts, "checkIntervalMs")? {
-        o.check_interval_ms = count(v, "checkIntervalMs", 3_600_000.0)? as u64;
+    if let Some(v) = opt_int(&opts, "checkIntervalMs", "checkIntervalMs", &bounds::CHECK_INTERVAL_MS)? {
+        o.check_interval_ms = v;
     }
-    if let Some(v) = opt_num(&opts, "maxBatchRows")? {
-        o.max_batch_rows = count(v, "maxBatchRows", 1_000_000.0)?.max(1.0) as usize;
+    if let Some(v) = opt_int(&opts, "maxBatchRows", "maxBatchRows", &bounds::MAX_BATCH_ROWS)? {
+        o.max_batch_rows = v;
     }
-    if let Some(v) = opt_num(&opts, "maxBatchBytes")? {
-        o.max_batch_bytes = count(v, "maxBatchBytes", 1e12)?.max(1.0) as u64;
+    if let Some(v) = opt_int(&opts, "maxBatchBytes", "maxBatchBytes", &bounds::MAX_BATCH_BYTES)? {
+        o.max_batch_bytes = v;
     }
     if let Some(v) = opts.opt("autoProcess")? {
         o.auto_process = v.boolean("options.autoProcess")?;
     }
-    if let Some(v) = opt_num(&opts, "profilePollMs")? {
-        o.profile_poll_ms = count(v, "profilePollMs", 3_600_000.0)? as u64;
+    if let Some(v) = opt_int(&opts, "profilePollMs", "profilePollMs", &bounds::PROFILE_POLL_MS)? {
+        o.profile_poll_ms = v;
     }
     if let Some(v) = opts.opt("records")? {
         o.records = v.boolean("options.records")?;
@@ -62,43 +77,45 @@ pub(super) fn parse_options(options: Option<Js>) -> crate::Result<EngineOptions>
         o.keep_cursors = v.boolean("options.keepCursors")?;
     }
     if let Some(f) = opts.opt("fanout")?.filter(|v| !v.is_nullish()) {
-        let f = f.object("options.fanout")?;
-        let mut fo = crate::fanout::FanoutOptions {
-            role: match f.opt("role")?.map(|v| v.string("options.fanout.role")).transpose()?.as_deref() {
-                Some("writer") => crate::fanout::Role::Writer,
-                Some("edge") => crate::fanout::Role::Edge,
-                _ => return Err(Error::invalid("options.fanout.role must be 'writer' or 'edge'")),
-            },
-            ..Default::default()
-        };
-        fo.url = f
-            .opt("url")?
-            .ok_or_else(|| Error::invalid("options.fanout.url is required"))?
-            .string("options.fanout.url")?;
-        if let Some(v) = f.opt("prefix")?.filter(|v| !v.is_nullish()) {
-            fo.prefix = v.string("options.fanout.prefix")?;
-        }
-        // Whole numbers here; their bounds are the options' own (`FanoutOptions::validate`).
-        let whole = |v: f64, what: &str| count(v, what, MAX_SAFE_INTEGER);
-        if let Some(v) = opt_num(&f, "maxAgeMs")? {
-            fo.max_age_ms = whole(v, "fanout.maxAgeMs")? as u64;
-        }
-        if let Some(v) = opt_num(&f, "maxBytes")? {
-            fo.max_bytes = whole(v, "fanout.maxBytes")? as i64;
-        }
-        if let Some(v) = opt_num(&f, "beatMs")? {
-            fo.beat_ms = whole(v, "fanout.beatMs")? as u64;
-        }
-        if let Some(v) = opt_num(&f, "batchMs")? {
-            fo.batch_ms = whole(v, "fanout.batchMs")? as u64;
-        }
-        if let Some(v) = f.opt("writerUrl")?.filter(|v| !v.is_nullish()) {
-            fo.writer_url = v.string("options.fanout.writerUrl")?;
-        }
-        fo.validate()?;
-        o.fanout = Some(fo);
+        o.fanout = Some(parse_fanout(f.object("options.fanout")?)?);
     }
+    o.validate()?;
     Ok(o)
+}
+
+/// `options.fanout` as the core's [`FanoutOptions`] (checked with the engine's options).
+fn parse_fanout(f: Js) -> crate::Result<FanoutOptions> {
+    let mut fo = FanoutOptions {
+        role: match f.opt("role")?.map(|v| v.string("options.fanout.role")).transpose()?.as_deref() {
+            Some("writer") => Role::Writer,
+            Some("edge") => Role::Edge,
+            _ => return Err(Error::invalid("options.fanout.role must be 'writer' or 'edge'")),
+        },
+        ..Default::default()
+    };
+    fo.url =
+        f.opt("url")?.ok_or_else(|| Error::invalid("options.fanout.url is required"))?.string("options.fanout.url")?;
+    if let Some(v) = f.opt("prefix")?.filter(|v| !v.is_nullish()) {
+        fo.prefix = v.string("options.fanout.prefix")?;
+    }
+    // Whole numbers here; their bounds are the options' own (`FanoutOptions::validate`).
+    const WHOLE: RangeInclusive<u64> = 0..=MAX_SAFE_INTEGER as u64;
+    if let Some(v) = opt_int(&f, "maxAgeMs", "fanout.maxAgeMs", &WHOLE)? {
+        fo.max_age_ms = v;
+    }
+    if let Some(v) = opt_int(&f, "maxBytes", "fanout.maxBytes", &WHOLE)? {
+        fo.max_bytes = v as i64;
+    }
+    if let Some(v) = opt_int(&f, "beatMs", "fanout.beatMs", &WHOLE)? {
+        fo.beat_ms = v;
+    }
+    if let Some(v) = opt_int(&f, "batchMs", "fanout.batchMs", &WHOLE)? {
+        fo.batch_ms = v;
+    }
+    if let Some(v) = f.opt("writerUrl")?.filter(|v| !v.is_nullish()) {
+        fo.writer_url = v.string("options.fanout.writerUrl")?;
+    }
+    Ok(fo)
 }
 
 pub(super) fn value_of(v: Option<Js>, what: &str) -> crate::Result<Value> {

@@ -3,9 +3,11 @@
 //! - [`types`]: the plain objects its methods take and return;
 //! - [`convert`]: reading its options and arguments, and converting the core's replies and
 //!   views to those objects;
+//! - [`bounds`]: the module constants `engineBounds`, `fanoutBounds` and `fanoutDefaults`;
 //! - this module: the class, and the native halves `_engineWait` and `_engineCancel` of
 //!   `lib/internal/engine-methods.js`.
 
+pub mod bounds;
 mod convert;
 pub mod types;
 

@@ -4,22 +4,25 @@
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
-/// Options of `new TouchEngine(store, options)`.
+/// Options of `new TouchEngine(store, options)`. An integer option outside its bounds
+/// (`engineBounds`) is refused (`ERR_INVALID_ARGUMENT`), not moved into them.
 #[napi(object, object_to_js = false)]
 pub struct TouchEngineOptions {
-    /// Streams processed concurrently (default: cores, at most 4).
+    /// Streams processed concurrently (default: cores, at most 4). From 0 to 64
+    /// (`engineBounds`), 0 counting as 1; `autoProcess: false` processes nothing.
     pub workers: Option<u32>,
-    /// Safety-net tick in ms (default 250; 0 = none). Appends wake the loop at once anyway.
+    /// Safety-net tick in ms (default 250; 0 = none; at most an hour). Appends wake the loop
+    /// at once anyway.
     pub check_interval_ms: Option<f64>,
-    /// Rows per batch (default 500).
+    /// Rows per batch (default 500; at most 1,000,000, 0 counting as 1).
     pub max_batch_rows: Option<u32>,
-    /// Payload bytes per batch (default 4 MiB).
+    /// Payload bytes per batch (default 4 MiB; at most 10^12, 0 counting as 1).
     pub max_batch_bytes: Option<f64>,
     /// Run the background processing loop (default true).
     pub auto_process: Option<bool>,
     /// For a host that saves profiles in the file itself: re-read every state-protocol
-    /// profile this often, in ms (default 0: never; `setProfile` is then the only way in).
-    /// A notified stream the engine does not know has its profile read at once.
+    /// profile this often, in ms (default 0: never; `setProfile` is then the only way in; at
+    /// most an hour). A notified stream the engine does not know has its profile read at once.
     pub profile_poll_ms: Option<f64>,
     /// Keep what each batch did, template lifecycle events, WAL GC deletions and batch
     /// failures for `takeRecords()` (default false: nothing is kept). The queue is bounded
@@ -39,14 +42,15 @@ pub struct TouchEngineOptions {
     pub keep_cursors: Option<bool>,
 }
 
-/// `options.fanout` of `new TouchEngine`.
+/// `options.fanout` of `new TouchEngine`: what is not given is `fanoutDefaults`'s, and a
+/// value outside `fanoutBounds` is refused (`ERR_INVALID_ARGUMENT`).
 #[napi(object, object_to_js = false)]
 pub struct FanoutConfig {
     #[napi(ts_type = "'writer' | 'edge'")]
     pub role: String,
     /// `nats://host:port`.
     pub url: String,
-    /// Subject prefix; one per writer (default `durable-touch`).
+    /// Subject prefix; one per writer (default `durable-touch`): 1 to 64 of `[A-Za-z0-9_-]`.
     pub prefix: Option<String>,
     /// Retention of the writer's JetStream stream (defaults 10 minutes, 256 MiB; from 1,000 ms to
     /// a year, and from 64 KiB). Values outside the bounds are refused (`ERR_INVALID_ARGUMENT`).
