@@ -41,8 +41,8 @@ import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { swap } from "../lib/swap.mjs";
-import { decodeOffset } from "../lib/offsets.mjs";
+import { swap } from "../apps/swap/swap.mjs";
+import { decodeOffset } from "../apps/server/offsets.mjs";
 import { nodeBinary } from "../__test__/support/node-binary.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));

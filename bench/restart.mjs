@@ -11,7 +11,7 @@
 // Sides (each a server as its own process on a fresh data dir, started twice per scenario):
 //   - ours:            node bin/durable-touch.mjs serve --port 0 --data DIR
 //   - ours-nokeep:     the same with --no-keep-cursors (a new epoch at every start)
-//   - swapped:         a copy of @prisma/streams-server's src/ swapped by lib/swap.mjs, under Bun
+//   - swapped:         a copy of @prisma/streams-server's src/ swapped by apps/swap/swap.mjs, under Bun
 //                      (createApp + Bun.serve, as __test__/reference/swap-serve.ts; SIGTERM closes
 //                      the app cleanly)
 //   - swapped-nokeep:  the same with DURABLE_TOUCH_KEEP_CURSORS=0

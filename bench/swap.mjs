@@ -7,7 +7,7 @@
 //
 // Both copies are made from node_modules/@prisma/streams-server (never swapped in place, so the
 // "unswapped" side is the real reference) in a temp folder whose node_modules resolves
-// `durable-touch` to this checkout; the swapped one goes through `lib/swap.mjs`. Each round
+// `durable-touch` to this checkout; the swapped one goes through `apps/swap/swap.mjs`. Each round
 // runs both sides at each rate, in alternating order. Prints, per rate, each side's median of
 // wake p50/p99, rows/s achieved, appends answered 408, wakes, wakes before their record, CPU
 // ms per 1,000 wakes and per 1,000 rows (the whole process: server, writer and waiters), and

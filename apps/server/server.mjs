@@ -33,10 +33,10 @@ import { join, resolve } from "node:path";
 import { encodeOffset, decodeOffset } from "./offsets.mjs";
 import { validateStateProtocolRecord } from "./state-protocol.mjs";
 import { MAX_JSON_DEPTH, scanJson } from "./json-body.mjs";
-import { switchedOff } from "./settings.mjs";
+import { switchedOff } from "../../lib/settings.mjs";
 
 const require = createRequire(import.meta.url);
-const { Store, TouchEngine, WaitListener } = require("../index.js");
+const { Store, TouchEngine, WaitListener } = require("../../index.js");
 
 const STATUS = {
   ERR_INVALID_ARGUMENT: 400,
