@@ -4,7 +4,7 @@
 // file (Bun, or Node, where the swapped package needs no node:sqlite), whose environment
 // names a real nats-server (DURABLE_TOUCH_NATS, read by compat/manager.mjs `fanoutFromEnv`),
 // publishes its touches over NATS JetStream with no code change, and an edge of ours
-// (apps/server/server.mjs) mirrors it: cursors, waits woken by the runtime's appends, the edge's fine
+// (apps/server/) mirrors it: cursors, waits woken by the runtime's appends, the edge's fine
 // interest reaching the runtime's engine, and writes sent to DURABLE_TOUCH_WRITER_URL. Waits
 // are given generous timeouts and awaited, never timed: a busy machine is slower, not wrong.
 import assert from "node:assert/strict";

@@ -6,10 +6,10 @@
 //        [--emfile-conns 1200]
 //
 // Targets, each a fresh child server process per round and N (127.0.0.1, port 0, a temp dir):
-//   ours        node --expose-gc bin/durable-touch.mjs serve (apps/server/server.mjs on node:http)
-//   ours-bun    the same under node_modules/.bin/bun (apps/server/server.mjs on Bun.serve)
+//   ours        node --expose-gc bin/durable-touch.mjs serve (apps/server/ on node:http)
+//   ours-bun    the same under node_modules/.bin/bun (apps/server/ on Bun.serve)
 //   ours-native, ours-native-bun   the same two with --native-waits (waits answered by the
-//               native module's listener, the rest passed to apps/server/server.mjs on loopback)
+//               native module's listener, the rest passed to apps/server/ on loopback)
 //   reference   bun node_modules/@prisma/streams-server/src/server.ts --object-store local --no-auth
 //               (unswapped; DS_ROOT = the temp dir, PORT=0)
 //   floor-node  this file --role floor-node: bare node:http, reads each POST's body, keeps its `res`
