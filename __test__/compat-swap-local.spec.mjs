@@ -8,7 +8,7 @@
 // under Bun, and also under this test's Node, where the unswapped one cannot start (Node 20 has
 // no node:sqlite) and the swapped one runs every connection on durable-touch's SQLite, and
 // under Node 22 (a real binary from the npm registry's `node` package, installed once into
-// node_modules/.cache: support/node-binary.mjs), where both run, the unswapped one on
+// node_modules/.cache: testkit/node-binary.mjs), where both run, the unswapped one on
 // node:sqlite. The layouts: npm's, a pnpm-like one (symlinks, a store's hard links) and a
 // global install (`npm install -g --prefix` of the packed packages, swapped by the global bin).
 import assert from "node:assert/strict";
@@ -22,7 +22,7 @@ import { swap, swapKind, BUNDLE_NOTE } from "../apps/swap/swap.mjs";
 import { swapChunk, SUPPORTED } from "../apps/swap/swap-local.mjs";
 import { tokenize, topLevelStatements } from "../apps/swap/js-regions.mjs";
 import { LOCAL_PACKAGE_DIR, npmProject as makeNpmProject, pnpmProject } from "./support/local-copies.mjs";
-import { nodeBinary } from "./support/node-binary.mjs";
+import { nodeBinary } from "../testkit/node-binary.mjs";
 import { packDurableTouch, run } from "./support/pack.mjs";
 
 const CHUNK = SUPPORTED[0].chunk;

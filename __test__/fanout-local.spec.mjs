@@ -18,7 +18,7 @@ import { swap } from "../apps/swap/swap.mjs";
 import { SUPPORTED } from "../apps/swap/swap-local.mjs";
 import { referenceAvailable } from "./reference.mjs";
 import { LOCAL_PACKAGE_DIR, npmProject } from "./support/local-copies.mjs";
-import { natsServerBinary, startNats } from "./support/nats-server.mjs";
+import { natsServerBinary, startNats } from "../testkit/nats-server.mjs";
 
 const { keys } = dt;
 const here = dirname(fileURLToPath(import.meta.url));

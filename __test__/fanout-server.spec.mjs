@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import { test, dt, tempDir, sleep } from "./harness.mjs";
 import { startServer } from "../apps/server/server.mjs";
 import { fanoutFromEnv } from "../compat/manager.mjs";
-import { natsServerBinary, startNats } from "./support/nats-server.mjs";
+import { natsServerBinary, startNats } from "../testkit/nats-server.mjs";
 import { BUN, referenceAvailable } from "./reference.mjs";
 import { serverCopies } from "./support/server-copies.mjs";
 import { swap } from "../apps/swap/swap.mjs";
