@@ -62,6 +62,35 @@ function normalizeContentType(v) {
 }
 
 /**
+ * The stream a `/v1/stream/…` path names (percent-decoded) and its sub-route: "wait", "meta",
+ * "activate", "profile", or null for the stream itself.
+ */
+function streamRoute(path) {
+  const segments = path.slice("/v1/stream/".length).replace(/\/+$/, "").split("/");
+  let sub = null;
+  const last = segments.length;
+  if (last >= 3 && segments[last - 3] === "touch" && segments[last - 2] === "templates" && segments[last - 1] === "activate") {
+    sub = "activate";
+    segments.splice(last - 3, 3);
+  } else if (last >= 2 && segments[last - 2] === "touch" && (segments[last - 1] === "meta" || segments[last - 1] === "wait")) {
+    sub = segments[last - 1];
+    segments.splice(last - 2, 2);
+  } else if (segments[last - 1] === "_profile") {
+    sub = "profile";
+    segments.pop();
+  }
+  const rawName = segments.join("/");
+  if (!rawName) throw badRequest("missing stream name");
+  let name;
+  try {
+    name = decodeURIComponent(rawName);
+  } catch {
+    throw badRequest("invalid stream name");
+  }
+  return { sub, name };
+}
+
+/**
  * What an edge's engine answers for a stream no beat of the writer has named yet (just created
  * there, or the edge just started): not a 404, which a client reads as "no such stream", but a
  * 307 to the writer, which knows.
@@ -106,6 +135,134 @@ export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024, edg
     }
   }
 
+  /** GET …/touch/meta[?settle=flush&timeoutMs=] */
+  async function meta(url, name) {
+    const settle = url.searchParams.get("settle");
+    const t = url.searchParams.get("timeoutMs");
+    const timeoutMs = t == null || t.trim() === "" ? undefined : Number(t);
+    if (timeoutMs !== undefined && !Number.isFinite(timeoutMs)) throw badRequest("meta.timeoutMs must be a number (ms)");
+    if (settle !== null && settle !== "flush") throw badRequest("meta.settle must be 'flush' when provided");
+    try {
+      return json(200, await engine.meta(name, { settle: settle ?? undefined, timeoutMs }));
+    } catch (e) {
+      if (edge && UNHEARD.has(e?.code)) return readOnly(url, writerOf(null), name);
+      throw e;
+    }
+  }
+
+  /** POST …/touch/templates/activate */
+  async function activate(req, name) {
+    const body = await readJson(req, bodyLimit, "activate body");
+    const options = body && typeof body === "object" && body.inactivityTtlMs !== undefined ? { inactivityTtlMs: body.inactivityTtlMs } : undefined;
+    if (options && (typeof options.inactivityTtlMs !== "number" || !(options.inactivityTtlMs >= 0))) {
+      throw badRequest("activate.inactivityTtlMs must be a non-negative number (ms)");
+    }
+    return json(200, engine.activateTemplates(name, body?.templates, options));
+  }
+
+  /** GET …/_profile */
+  async function getProfile(name) {
+    await tail(name);
+    const touch = engine.getTouchConfig(name);
+    const profile = touch ? { kind: "state-protocol", touch } : { kind: (await tail(name)).profile ?? "generic" };
+    return json(200, { apiVersion: "durable.streams/profile/v1", profile });
+  }
+
+  /** POST …/_profile */
+  async function setProfile(req, name) {
+    const body = await readJson(req, bodyLimit, "profile update");
+    if (!body || typeof body !== "object" || Array.isArray(body)) throw badRequest("profile update must be a JSON object");
+    for (const k of Object.keys(body)) if (k !== "apiVersion" && k !== "profile") throw badRequest(`profileUpdate.${k} is not supported`);
+    if (body.apiVersion !== undefined && body.apiVersion !== "durable.streams/profile/v1") throw badRequest("invalid profile apiVersion");
+    if (!Object.prototype.hasOwnProperty.call(body, "profile")) throw badRequest("missing profile");
+    await tail(name);
+    const profile = engine.setProfile(name, body.profile);
+    return json(200, { apiVersion: "durable.streams/profile/v1", profile });
+  }
+
+  /** PUT /v1/stream/:name */
+  async function create(req, name) {
+    const contentType = normalizeContentType(req.headers.get("content-type")) ?? "application/octet-stream";
+    const existing = await store.getStream(name);
+    if (existing) {
+      if (normalizeContentType(existing.contentType) !== contentType) throw new HttpError(409, "ERR_STREAM_EXISTS", "stream config mismatch");
+      return new Response(null, { status: 200, headers: { "stream-next-offset": encodeOffset(existing.epoch, existing.nextOffset - 1n) } });
+    }
+    const info = await store.createStream(name, { contentType });
+    return new Response(null, { status: 201, headers: { "stream-next-offset": encodeOffset(info.epoch, info.nextOffset - 1n), location: req.url } });
+  }
+
+  /** DELETE /v1/stream/:name */
+  async function remove(name) {
+    if (!(await store.deleteStream(name))) throw new HttpError(404, "ERR_STREAM_NOT_FOUND", `stream not found: ${name}`);
+    // The engine drops the stream at once and answers the waits parked on it.
+    engine.notify(name);
+    return new Response(null, { status: 204 });
+  }
+
+  /** POST /v1/stream/:name */
+  async function append(req, name) {
+    const info = await tail(name);
+    const buf = await readBody(req, bodyLimit);
+    if (buf.byteLength === 0) throw badRequest("empty body");
+    const isJson = normalizeContentType(info.contentType) === "application/json";
+    let payloads;
+    if (isJson) {
+      // The row cap is checked on the body's bytes: a huge array is refused unparsed.
+      const { maxAppendRows } = store.limits;
+      const tooMany = (n) => `append of ${n} rows exceeds the limit of ${maxAppendRows} rows per call`;
+      const value = await parseJson(buf, "append body", { maxItems: maxAppendRows, tooMany });
+      const records = Array.isArray(value) ? value : [value];
+      if (records.length === 0) throw badRequest("empty JSON array");
+      if (records.length > maxAppendRows) throw new HttpError(413, "ERR_PAYLOAD_TOO_LARGE", tooMany(records.length));
+      if (info.profile === "state-protocol") {
+        for (const r of records) {
+          const err = validateStateProtocolRecord(r);
+          if (err) throw badRequest(err);
+        }
+      }
+      payloads = records.map((r) => JSON.stringify(r));
+    } else {
+      payloads = [buf];
+    }
+    const options = {};
+    const expected = req.headers.get("stream-expected-offset");
+    if (expected != null) {
+      if (!/^(0|[1-9][0-9]*)$/.test(expected.trim())) throw badRequest("invalid Stream-Expected-Offset");
+      options.expectedOffset = BigInt(expected.trim());
+      // Past any offset a stream can reach: the mismatch the store would report.
+      if (options.expectedOffset > MAX_OFFSET) {
+        const e = new HttpError(409, "ERR_SEQ_MISMATCH", `sequence mismatch on stream ${name}: expected offset ${options.expectedOffset}, stream is at ${info.nextOffset}`);
+        e.expectedNext = info.nextOffset;
+        throw e;
+      }
+    }
+    const ack = await store.append(name, payloads, options);
+    return new Response(null, { status: 204, headers: { "stream-next-offset": encodeOffset(info.epoch, ack.lastOffset) } });
+  }
+
+  /** GET /v1/stream/:name?offset=&limit= */
+  async function read(url, name) {
+    const info = await tail(name);
+    const offsetParam = url.searchParams.get("offset") ?? "-1";
+    const after = decodeOffset(offsetParam.trim());
+    if (!after) throw badRequest("invalid offset");
+    const limitParam = url.searchParams.get("limit");
+    const limit = limitParam == null ? 1000 : Number(limitParam);
+    if (!Number.isInteger(limit) || limit < 1 || limit > 100000) throw badRequest("invalid limit");
+    // An offset past any a stream can reach reads nothing, as any offset past the tail.
+    const rows = after.seq >= MAX_OFFSET ? [] : await store.read(name, { from: after.seq + 1n, limit, maxBytes: READ_MAX_BYTES });
+    const lastSeen = rows.length ? rows[rows.length - 1].offset : after.seq;
+    const headers = { "stream-next-offset": encodeOffset(info.epoch, lastSeen), "stream-end-offset": encodeOffset(info.epoch, info.nextOffset - 1n) };
+    if (lastSeen >= info.nextOffset - 1n) headers["stream-up-to-date"] = "true";
+    if (normalizeContentType(info.contentType) === "application/json") {
+      const body = `[${rows.map((r) => r.payload.toString("utf8")).join(",")}]`;
+      return new Response(body, { status: 200, headers: { "content-type": "application/json", ...headers } });
+    }
+    return new Response(Buffer.concat(rows.map((r) => r.payload)), { status: 200, headers: { "content-type": info.contentType, ...headers } });
+  }
+
+  /** The answer to `req`; what it refuses it throws (an HttpError, or the store's or engine's error) for `fetch` to answer. */
   async function route(req) {
     if (FORBIDDEN_METHODS.has(req.method)) throw new HttpError(405, "ERR_METHOD_NOT_ALLOWED", "unsupported method");
     if (!validHost(req.headers.get("host"))) throw badRequest("invalid Host header");
@@ -122,27 +279,7 @@ export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024, edg
       return json(200, fanout ? { engine: engine.stats(), store: store.stats(), fanout } : { engine: engine.stats(), store: store.stats() });
     }
     if (!path.startsWith("/v1/stream/")) throw new HttpError(404, "ERR_NOT_FOUND", "not found");
-    const segments = path.slice("/v1/stream/".length).replace(/\/+$/, "").split("/");
-    let sub = null;
-    const last = segments.length;
-    if (last >= 3 && segments[last - 3] === "touch" && segments[last - 2] === "templates" && segments[last - 1] === "activate") {
-      sub = "activate";
-      segments.splice(last - 3, 3);
-    } else if (last >= 2 && segments[last - 2] === "touch" && (segments[last - 1] === "meta" || segments[last - 1] === "wait")) {
-      sub = segments[last - 1];
-      segments.splice(last - 2, 2);
-    } else if (segments[last - 1] === "_profile") {
-      sub = "profile";
-      segments.pop();
-    }
-    const rawName = segments.join("/");
-    if (!rawName) throw badRequest("missing stream name");
-    let name;
-    try {
-      name = decodeURIComponent(rawName);
-    } catch {
-      throw badRequest("invalid stream name");
-    }
+    const { sub, name } = streamRoute(path);
     const method = req.method;
     const only = (m) => {
       if (method !== m) throw new HttpError(405, "ERR_METHOD_NOT_ALLOWED", "unsupported method");
@@ -156,119 +293,21 @@ export function createHandler({ store, engine, bodyLimit = 10 * 1024 * 1024, edg
     }
     if (sub === "meta") {
       only("GET");
-      const settle = url.searchParams.get("settle");
-      const t = url.searchParams.get("timeoutMs");
-      const timeoutMs = t == null || t.trim() === "" ? undefined : Number(t);
-      if (timeoutMs !== undefined && !Number.isFinite(timeoutMs)) throw badRequest("meta.timeoutMs must be a number (ms)");
-      if (settle !== null && settle !== "flush") throw badRequest("meta.settle must be 'flush' when provided");
-      try {
-        return json(200, await engine.meta(name, { settle: settle ?? undefined, timeoutMs }));
-      } catch (e) {
-        if (edge && UNHEARD.has(e?.code)) return readOnly(url, writerOf(null), name);
-        throw e;
-      }
+      return meta(url, name);
     }
     if (sub === "activate") {
       only("POST");
-      const body = await readJson(req, bodyLimit, "activate body");
-      const options = body && typeof body === "object" && body.inactivityTtlMs !== undefined ? { inactivityTtlMs: body.inactivityTtlMs } : undefined;
-      if (options && (typeof options.inactivityTtlMs !== "number" || !(options.inactivityTtlMs >= 0))) {
-        throw badRequest("activate.inactivityTtlMs must be a non-negative number (ms)");
-      }
-      return json(200, engine.activateTemplates(name, body?.templates, options));
+      return activate(req, name);
     }
     if (sub === "profile") {
-      if (method === "GET") {
-        await tail(name);
-        const touch = engine.getTouchConfig(name);
-        const profile = touch ? { kind: "state-protocol", touch } : { kind: (await tail(name)).profile ?? "generic" };
-        return json(200, { apiVersion: "durable.streams/profile/v1", profile });
-      }
+      if (method === "GET") return getProfile(name);
       only("POST");
-      const body = await readJson(req, bodyLimit, "profile update");
-      if (!body || typeof body !== "object" || Array.isArray(body)) throw badRequest("profile update must be a JSON object");
-      for (const k of Object.keys(body)) if (k !== "apiVersion" && k !== "profile") throw badRequest(`profileUpdate.${k} is not supported`);
-      if (body.apiVersion !== undefined && body.apiVersion !== "durable.streams/profile/v1") throw badRequest("invalid profile apiVersion");
-      if (!Object.prototype.hasOwnProperty.call(body, "profile")) throw badRequest("missing profile");
-      await tail(name);
-      const profile = engine.setProfile(name, body.profile);
-      return json(200, { apiVersion: "durable.streams/profile/v1", profile });
+      return setProfile(req, name);
     }
-
-    if (method === "PUT") {
-      const contentType = normalizeContentType(req.headers.get("content-type")) ?? "application/octet-stream";
-      const existing = await store.getStream(name);
-      if (existing) {
-        if (normalizeContentType(existing.contentType) !== contentType) throw new HttpError(409, "ERR_STREAM_EXISTS", "stream config mismatch");
-        return new Response(null, { status: 200, headers: { "stream-next-offset": encodeOffset(existing.epoch, existing.nextOffset - 1n) } });
-      }
-      const info = await store.createStream(name, { contentType });
-      return new Response(null, { status: 201, headers: { "stream-next-offset": encodeOffset(info.epoch, info.nextOffset - 1n), location: req.url } });
-    }
-    if (method === "DELETE") {
-      if (!(await store.deleteStream(name))) throw new HttpError(404, "ERR_STREAM_NOT_FOUND", `stream not found: ${name}`);
-      // The engine drops the stream at once and answers the waits parked on it.
-      engine.notify(name);
-      return new Response(null, { status: 204 });
-    }
-    if (method === "POST") {
-      const info = await tail(name);
-      const buf = await readBody(req, bodyLimit);
-      if (buf.byteLength === 0) throw badRequest("empty body");
-      const isJson = normalizeContentType(info.contentType) === "application/json";
-      let payloads;
-      if (isJson) {
-        // The row cap is checked on the body's bytes: a huge array is refused unparsed.
-        const { maxAppendRows } = store.limits;
-        const tooMany = (n) => `append of ${n} rows exceeds the limit of ${maxAppendRows} rows per call`;
-        const value = await parseJson(buf, "append body", { maxItems: maxAppendRows, tooMany });
-        const records = Array.isArray(value) ? value : [value];
-        if (records.length === 0) throw badRequest("empty JSON array");
-        if (records.length > maxAppendRows) throw new HttpError(413, "ERR_PAYLOAD_TOO_LARGE", tooMany(records.length));
-        if (info.profile === "state-protocol") {
-          for (const r of records) {
-            const err = validateStateProtocolRecord(r);
-            if (err) throw badRequest(err);
-          }
-        }
-        payloads = records.map((r) => JSON.stringify(r));
-      } else {
-        payloads = [buf];
-      }
-      const options = {};
-      const expected = req.headers.get("stream-expected-offset");
-      if (expected != null) {
-        if (!/^(0|[1-9][0-9]*)$/.test(expected.trim())) throw badRequest("invalid Stream-Expected-Offset");
-        options.expectedOffset = BigInt(expected.trim());
-        // Past any offset a stream can reach: the mismatch the store would report.
-        if (options.expectedOffset > MAX_OFFSET) {
-          const e = new HttpError(409, "ERR_SEQ_MISMATCH", `sequence mismatch on stream ${name}: expected offset ${options.expectedOffset}, stream is at ${info.nextOffset}`);
-          e.expectedNext = info.nextOffset;
-          throw e;
-        }
-      }
-      const ack = await store.append(name, payloads, options);
-      return new Response(null, { status: 204, headers: { "stream-next-offset": encodeOffset(info.epoch, ack.lastOffset) } });
-    }
-    if (method === "GET") {
-      const info = await tail(name);
-      const offsetParam = url.searchParams.get("offset") ?? "-1";
-      const after = decodeOffset(offsetParam.trim());
-      if (!after) throw badRequest("invalid offset");
-      const limitParam = url.searchParams.get("limit");
-      const limit = limitParam == null ? 1000 : Number(limitParam);
-      if (!Number.isInteger(limit) || limit < 1 || limit > 100000) throw badRequest("invalid limit");
-      // An offset past any a stream can reach reads nothing, as any offset past the tail.
-      const rows = after.seq >= MAX_OFFSET ? [] : await store.read(name, { from: after.seq + 1n, limit, maxBytes: READ_MAX_BYTES });
-      const lastSeen = rows.length ? rows[rows.length - 1].offset : after.seq;
-      const headers = { "stream-next-offset": encodeOffset(info.epoch, lastSeen), "stream-end-offset": encodeOffset(info.epoch, info.nextOffset - 1n) };
-      if (lastSeen >= info.nextOffset - 1n) headers["stream-up-to-date"] = "true";
-      if (normalizeContentType(info.contentType) === "application/json") {
-        const body = `[${rows.map((r) => r.payload.toString("utf8")).join(",")}]`;
-        return new Response(body, { status: 200, headers: { "content-type": "application/json", ...headers } });
-      }
-      return new Response(Buffer.concat(rows.map((r) => r.payload)), { status: 200, headers: { "content-type": info.contentType, ...headers } });
-    }
+    if (method === "PUT") return create(req, name);
+    if (method === "DELETE") return remove(name);
+    if (method === "POST") return append(req, name);
+    if (method === "GET") return read(url, name);
     throw new HttpError(405, "ERR_METHOD_NOT_ALLOWED", "unsupported method");
   }
 
