@@ -9,7 +9,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "./harness.mjs";
 import { REFERENCE_SRC, runReference, referenceAvailable } from "./reference.mjs";
-import { swap } from "../lib/swap.mjs";
+import { swap } from "../apps/swap/swap.mjs";
 import { serverCopies } from "./support/server-copies.mjs";
 import { createTouchProcessorManager } from "../compat/manager.mjs";
 

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { test } from "./harness.mjs";
 import { runReference, referenceAvailable } from "./reference.mjs";
 import { serverCopies } from "./support/server-copies.mjs";
-import { swap } from "../lib/swap.mjs";
+import { swap } from "../apps/swap/swap.mjs";
 
 const bad = (message) => ({ status: 400, error: { code: "bad_request", message }, fields: ["error"] });
 const internal = { status: 500, error: { code: "internal", message: "internal server error" }, fields: ["error"] };

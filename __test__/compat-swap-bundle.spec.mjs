@@ -13,7 +13,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, rmSync,
 import { dirname, join, resolve } from "node:path";
 import { test, tempDir, dt, sleep } from "./harness.mjs";
 import { ROOT, BUN, referenceAvailable } from "./reference.mjs";
-import { BUNDLE_NOTE } from "../lib/swap.mjs";
+import { BUNDLE_NOTE } from "../apps/swap/swap.mjs";
 import { serverCopies } from "./support/server-copies.mjs";
 
 /** The worker entries the server's bundle needs next to its entry (its `resolveWorkerModuleUrl` calls). */

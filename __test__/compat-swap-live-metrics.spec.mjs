@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { test } from "./harness.mjs";
 import { runReference, referenceAvailable } from "./reference.mjs";
-import { swap } from "../lib/swap.mjs";
+import { swap } from "../apps/swap/swap.mjs";
 import { serverCopies } from "./support/server-copies.mjs";
 
 test("live.metrics reports processing and the template lifecycle as the unswapped server does", async () => {

@@ -15,8 +15,8 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { test, tempDir } from "./harness.mjs";
 import { runReference, referenceAvailable } from "./reference.mjs";
-import { swap } from "../lib/swap.mjs";
-import { SUPPORTED } from "../lib/swap-local.mjs";
+import { swap } from "../apps/swap/swap.mjs";
+import { SUPPORTED } from "../apps/swap/swap-local.mjs";
 import { LOCAL_PACKAGE_DIR, npmProject } from "./support/local-copies.mjs";
 import { lifeAndRestart, checkRestart } from "./support/restart-checks.mjs";
 

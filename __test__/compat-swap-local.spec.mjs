@@ -1,5 +1,5 @@
 // `durable-touch swap` on @prisma/streams-local, the bundled local runtime `prisma dev` embeds
-// (lib/swap-local.mjs): it finds the package (its root, or a project holding it), refuses any
+// (apps/swap/swap-local.mjs): it finds the package (its root, or a project holding it), refuses any
 // version or chunk it did not verify without writing anything, rewrites the chunk's adapter,
 // manager and routes regions and the profile clone (names read from the chunk, checked against
 // TypeScript's parse of it), keeps the original (`--undo` byte for byte, twice = once), and the
@@ -8,7 +8,7 @@
 // under Bun, and also under this test's Node, where the unswapped one cannot start (Node 20 has
 // no node:sqlite) and the swapped one runs every connection on durable-touch's SQLite, and
 // under Node 22 (a real binary from the npm registry's `node` package, installed once into
-// node_modules/.cache: support/node-binary.mjs), where both run, the unswapped one on
+// node_modules/.cache: testkit/node-binary.mjs), where both run, the unswapped one on
 // node:sqlite. The layouts: npm's, a pnpm-like one (symlinks, a store's hard links) and a
 // global install (`npm install -g --prefix` of the packed packages, swapped by the global bin).
 import assert from "node:assert/strict";
@@ -18,11 +18,11 @@ import { createRequire } from "node:module";
 import { join } from "node:path";
 import { test, tempDir, isBun } from "./harness.mjs";
 import { ROOT, BUN } from "./reference.mjs";
-import { swap, swapKind, BUNDLE_NOTE } from "../lib/swap.mjs";
-import { swapChunk, SUPPORTED } from "../lib/swap-local.mjs";
-import { tokenize, topLevelStatements } from "../lib/js-regions.mjs";
+import { swap, swapKind, BUNDLE_NOTE } from "../apps/swap/swap.mjs";
+import { swapChunk, SUPPORTED } from "../apps/swap/swap-local.mjs";
+import { tokenize, topLevelStatements } from "../apps/swap/js-regions.mjs";
 import { LOCAL_PACKAGE_DIR, npmProject as makeNpmProject, pnpmProject } from "./support/local-copies.mjs";
-import { nodeBinary } from "./support/node-binary.mjs";
+import { nodeBinary } from "../testkit/node-binary.mjs";
 import { packDurableTouch, run } from "./support/pack.mjs";
 
 const CHUNK = SUPPORTED[0].chunk;

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { test } from "./harness.mjs";
 import { runReference, referenceAvailable } from "./reference.mjs";
 import { serverCopies } from "./support/server-copies.mjs";
-import { swap } from "../lib/swap.mjs";
+import { swap } from "../apps/swap/swap.mjs";
 
 test("HTTP oracle: no timed-out wait of the swapped server missed a change to its keys within its cursors", async () => {
   const { swapped } = serverCopies("swapped");

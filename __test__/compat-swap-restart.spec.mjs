@@ -11,7 +11,7 @@ import { test, dt, tempDir, sleep } from "./harness.mjs";
 import { BUN, referenceAvailable } from "./reference.mjs";
 import { serverCopies } from "./support/server-copies.mjs";
 import { lifeAndRestart, checkRestart } from "./support/restart-checks.mjs";
-import { swap } from "../lib/swap.mjs";
+import { swap } from "../apps/swap/swap.mjs";
 import { openSqliteDatabase } from "../compat/sqlite-adapter.mjs";
 
 const SERVE = join(dirname(fileURLToPath(import.meta.url)), "reference", "swap-serve.ts");

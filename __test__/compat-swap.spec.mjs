@@ -9,7 +9,7 @@ import { appendFileSync, existsSync, readdirSync, readFileSync, writeFileSync } 
 import { join, dirname, resolve } from "node:path";
 import { test, tempDir } from "./harness.mjs";
 import { ROOT, REFERENCE_SRC, runReference, referenceAvailable } from "./reference.mjs";
-import { swap, exportedNames } from "../lib/swap.mjs";
+import { swap, exportedNames } from "../apps/swap/swap.mjs";
 import { serverCopies } from "./support/server-copies.mjs";
 
 const MODULES = ["sqlite/adapter.ts", "touch/touch_journal.ts", "touch/worker_pool.ts", "touch/manager.ts", "profiles/stateProtocol/routes.ts", "profiles/profile.ts"];

@@ -4,7 +4,7 @@
 // the reference cannot turn into fine keys (B5); false positives are allowed and counted.
 import assert from "node:assert/strict";
 import { test, dt, sleep } from "./harness.mjs";
-import { mulberry32 } from "../bench/gen-workload.mjs";
+import { mulberry32 } from "../testkit/gen-workload.mjs";
 
 const { Store, TouchEngine, keys } = dt;
 const ENTITY = "public.items";

@@ -4,7 +4,7 @@
 // file (Bun, or Node, where the swapped package needs no node:sqlite), whose environment
 // names a real nats-server (DURABLE_TOUCH_NATS, read by compat/manager.mjs `fanoutFromEnv`),
 // publishes its touches over NATS JetStream with no code change, and an edge of ours
-// (lib/server.mjs) mirrors it: cursors, waits woken by the runtime's appends, the edge's fine
+// (apps/server/) mirrors it: cursors, waits woken by the runtime's appends, the edge's fine
 // interest reaching the runtime's engine, and writes sent to DURABLE_TOUCH_WRITER_URL. Waits
 // are given generous timeouts and awaited, never timed: a busy machine is slower, not wrong.
 import assert from "node:assert/strict";
@@ -13,12 +13,12 @@ import { copyFileSync, existsSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { test, dt, tempDir, runtime, sleep } from "./harness.mjs";
-import { startServer } from "../lib/server.mjs";
-import { swap } from "../lib/swap.mjs";
-import { SUPPORTED } from "../lib/swap-local.mjs";
+import { startServer } from "../apps/server/server.mjs";
+import { swap } from "../apps/swap/swap.mjs";
+import { SUPPORTED } from "../apps/swap/swap-local.mjs";
 import { referenceAvailable } from "./reference.mjs";
 import { LOCAL_PACKAGE_DIR, npmProject } from "./support/local-copies.mjs";
-import { natsServerBinary, startNats } from "./support/nats-server.mjs";
+import { natsServerBinary, startNats } from "../testkit/nats-server.mjs";
 
 const { keys } = dt;
 const here = dirname(fileURLToPath(import.meta.url));

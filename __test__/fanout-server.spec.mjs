@@ -8,12 +8,12 @@ import { spawn } from "node:child_process";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { test, dt, tempDir, sleep } from "./harness.mjs";
-import { startServer } from "../lib/server.mjs";
+import { startServer } from "../apps/server/server.mjs";
 import { fanoutFromEnv } from "../compat/manager.mjs";
-import { natsServerBinary, startNats } from "./support/nats-server.mjs";
+import { natsServerBinary, startNats } from "../testkit/nats-server.mjs";
 import { BUN, referenceAvailable } from "./reference.mjs";
 import { serverCopies } from "./support/server-copies.mjs";
-import { swap } from "../lib/swap.mjs";
+import { swap } from "../apps/swap/swap.mjs";
 
 const { keys } = dt;
 const here = dirname(fileURLToPath(import.meta.url));

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { test, dt, tempDir, rejectsWithCode, sleep } from "./harness.mjs";
-import { natsServerBinary, startNats } from "./support/nats-server.mjs";
+import { natsServerBinary, startNats } from "../testkit/nats-server.mjs";
 
 const { Store, TouchEngine, keys } = dt;
 

@@ -19,7 +19,7 @@ test("npm pack installs into a fresh folder and works from .mjs, .cjs and .ts un
   const tarballs = [main, binary];
   const list = run("tar", ["tzf", main], packs);
   assert.ok(!list.includes(".node"), "the main tarball carries no binary");
-  assert.ok(list.includes("package/index.d.ts") && list.includes("package/lib/server.mjs") && list.includes("package/bin/durable-touch.mjs"));
+  assert.ok(list.includes("package/index.d.ts") && list.includes("package/apps/server/server.mjs") && list.includes("package/bin/durable-touch.mjs"));
 
   const app = tempDir("dt-app-");
   writeFileSync(join(app, "package.json"), JSON.stringify({ name: "app", version: "1.0.0", private: true }));

@@ -3,7 +3,7 @@
 // must hash to the reference's canonical SHA-256 (bench/reference/README.md).
 import assert from "node:assert/strict";
 import { test, dt } from "./harness.mjs";
-import { workloadRows, activeTemplates, requestBase, canonicalSha } from "../bench/process-workload.mjs";
+import { workloadRows, activeTemplates, requestBase, canonicalSha } from "../testkit/process-workload.mjs";
 
 const REFERENCE_SHA = "0ada709b038b9664d18d07338b107faa64120f1f3eef7c32b5bfb4a5b819892c";
 const N = 20_000;

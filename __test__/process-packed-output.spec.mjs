@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test, dt } from "./harness.mjs";
 import { unpackTouches, routingKeyHex } from "../lib/packed.mjs";
-import { workloadRows, activeTemplates, requestBase } from "../bench/process-workload.mjs";
+import { workloadRows, activeTemplates, requestBase } from "../testkit/process-workload.mjs";
 import { rng } from "./support/random-cases.mjs";
 import { randomRows, randomTemplates, randomRequest } from "./support/random-records.mjs";
 import { P17_ROWS, P17_TEMPLATE, p17Requests } from "./support/p17.mjs";

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { test } from "./harness.mjs";
 import { runReference, referenceAvailable } from "./reference.mjs";
 import { rng } from "./support/random-cases.mjs";
-import { encodeOffset, decodeOffset } from "../lib/offsets.mjs";
+import { encodeOffset, decodeOffset } from "../apps/server/offsets.mjs";
 
 const ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 const ALIASES = "OoIiLlabcdefghjkmnpqrstvwxyz";

@@ -10,8 +10,8 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { test, dt, tempDir, sleep, runtime } from "./harness.mjs";
 import { referenceAvailable } from "./reference.mjs";
-import { swap } from "../lib/swap.mjs";
-import { SUPPORTED } from "../lib/swap-local.mjs";
+import { swap } from "../apps/swap/swap.mjs";
+import { SUPPORTED } from "../apps/swap/swap-local.mjs";
 import { LOCAL_PACKAGE_DIR, npmProject } from "./support/local-copies.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");

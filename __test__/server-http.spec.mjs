@@ -4,8 +4,8 @@ import { spawn } from "node:child_process";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { test, dt, tempDir, sleep, isBun } from "./harness.mjs";
-import { startServer } from "../lib/server.mjs";
-import { encodeOffset } from "../lib/offsets.mjs";
+import { startServer } from "../apps/server/server.mjs";
+import { encodeOffset } from "../apps/server/offsets.mjs";
 import { rng } from "./support/random-cases.mjs";
 
 const { keys } = dt;
@@ -252,7 +252,7 @@ test("an embedder's request body stream of any byte chunks is read as it is, any
   // createHandler() serves Requests an embedder builds: their bodies may be streams of views
   // other than Uint8Array (read as the bytes they view), or of non-bytes (a 400, not a store
   // of zeros or an unbounded read).
-  const { createHandler } = await import("../lib/server.mjs");
+  const { createHandler } = await import("../apps/server/server.mjs");
   const store = dt.Store.open(":memory:");
   const engine = new dt.TouchEngine(store, {});
   try {
@@ -316,7 +316,7 @@ test("a read page holds at most 1 MiB of payloads (at least one row); following 
 
 test("a wait answers the same through the server (Node's own wait path) as through the handler", async () => {
   const { server, u } = await setup();
-  const { createHandler } = await import("../lib/server.mjs");
+  const { createHandler } = await import("../apps/server/server.mjs");
   const handler = createHandler({ store: server.store, engine: server.engine });
   try {
     await createTouchStream(u);

@@ -1,9 +1,9 @@
-// The server's look at a JSON body before parsing it (lib/json-body.mjs): on random JSON, with
+// The server's look at a JSON body before parsing it (apps/server/json-body.mjs): on random JSON, with
 // escapes, brackets and commas inside strings and keys, and slices as small as one byte (so
 // every escape meets a slice boundary), the counts are the parsed value's.
 import assert from "node:assert/strict";
 import { test } from "./harness.mjs";
-import { scanJson } from "../lib/json-body.mjs";
+import { scanJson } from "../apps/server/json-body.mjs";
 import { rng } from "./support/random-cases.mjs";
 
 const CHARS = ["a", "Z", "0", " ", "\\", '"', "[", "]", "{", "}", ",", ":", "\n", "\u0001", "é", "中", "😀", "\u2028", "\\u005c"];

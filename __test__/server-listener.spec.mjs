@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import net from "node:net";
 import { test, dt, tempDir, sleep, isBun } from "./harness.mjs";
-import { startServer } from "../lib/server.mjs";
+import { startServer } from "../apps/server/server.mjs";
 
 const { keys } = dt;
 const TEMPLATE = { entity: "public.todos", fields: [{ name: "tenantId", encoding: "string" }] };

@@ -11,29 +11,20 @@
 //   batch1024      200,000 rows in calls of 1,024, awaited one at a time
 //   batch64x8      calls of 64 with 8 in flight (what a server with concurrent writers sees)
 import { mkdtempSync, rmSync, statSync, existsSync } from "node:fs";
-import { tmpdir, cpus, loadavg } from "node:os";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createRequire } from "node:module";
-import { generateRecords, walTsMs } from "./gen-workload.mjs";
+import { generateRecords, walTsMs } from "../testkit/gen-workload.mjs";
+import { numArg, log, median, machine } from "./common.mjs";
 
 const require = createRequire(import.meta.url);
 const { Store } = require("../index.js");
 
-const arg = (name, def) => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? Number(process.argv[i + 1]) : def;
-};
-const RUNS = arg("runs", 3);
-const SEED = arg("seed", 1);
-const N1 = arg("n1", 20_000);
-const N64 = arg("n64", 200_000);
-const N1024 = arg("n1024", 200_000);
-const log = (m) => process.stderr.write(`[${new Date().toISOString()}] ${m}\n`);
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
+const RUNS = numArg("runs", 3);
+const SEED = numArg("seed", 1);
+const N1 = numArg("n1", 20_000);
+const N64 = numArg("n64", 200_000);
+const N1024 = numArg("n1024", 200_000);
 const round = (x, d = 3) => Math.round(x * 10 ** d) / 10 ** d;
 const size = (p) => (existsSync(p) ? statSync(p).size : 0);
 
@@ -118,16 +109,9 @@ console.log(
     bench: "B1-append",
     calls: "durable-touch Store.append (group commit; each call acknowledged once durable)",
     units: { mbPerSec: "payload bytes / 1e6 / s" },
-    workload: { generator: "bench/gen-workload.mjs", seed: SEED, tsMs: "T0_MS + offset of the call's first row" },
+    workload: { generator: "testkit/gen-workload.mjs", seed: SEED, tsMs: "T0_MS + offset of the call's first row" },
     runs: RUNS,
-    env: {
-      date: new Date().toISOString(),
-      runtime: typeof Bun !== "undefined" ? `bun ${Bun.version}` : `node ${process.version}`,
-      platform: `${process.platform}-${process.arch}`,
-      cpus: cpus().length,
-      cpuModel: cpus()[0]?.model,
-      loadavgAtEnd: loadavg().map((x) => round(x, 2)),
-    },
+    env: machine(),
     results,
   })
 );

@@ -1,18 +1,13 @@
 // Which reference scripts each benchmark is compared with, and how ratios are computed.
 // A ratio > 1 means durable-touch is better (higher throughput or lower latency/memory).
+import { median } from "./common.mjs";
 
 const get = (obj, path) => path.split(".").reduce((o, k) => (o == null ? undefined : o[k]), obj);
 const byBench = (lines, bench) => lines.find((l) => l.bench === bench);
-const median = (xs) => {
-  const s = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
-  if (s.length === 0) return undefined;
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
 /** A metric computed from each run of `part` (median over runs), for a path that is a function. */
 const perRun = (part, f) => (line) => {
   const v = median((get(line, `results.${part}.runs`) ?? []).map(f));
-  return v === undefined ? undefined : Math.round(v * 1000) / 1000;
+  return v === null ? undefined : Math.round(v * 1000) / 1000;
 };
 
 /** higher-is-better ratio ours/ref, lower-is-better ratio ref/ours. */
@@ -122,12 +117,6 @@ export function compare(name, ours, refs) {
 /** Per-metric medians over rounds of `compare` results: of each side's figure, and of the
  *  per-round ratios (not the ratio of the medians, so each ratio pairs figures of one round). */
 export function medianRatios(rounds) {
-  const median = (xs) => {
-    const s = xs.filter((x) => typeof x === "number" && Number.isFinite(x)).sort((a, b) => a - b);
-    if (s.length === 0) return null;
-    const m = s.length >> 1;
-    return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-  };
   const out = {};
   for (const label of Object.keys(rounds[0])) {
     const col = (k) => rounds.map((r) => r[label]?.[k]);

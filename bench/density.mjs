@@ -6,10 +6,10 @@
 //        [--emfile-conns 1200]
 //
 // Targets, each a fresh child server process per round and N (127.0.0.1, port 0, a temp dir):
-//   ours        node --expose-gc bin/durable-touch.mjs serve (lib/server.mjs on node:http)
-//   ours-bun    the same under node_modules/.bin/bun (lib/server.mjs on Bun.serve)
+//   ours        node --expose-gc bin/durable-touch.mjs serve (apps/server/ on node:http)
+//   ours-bun    the same under node_modules/.bin/bun (apps/server/ on Bun.serve)
 //   ours-native, ours-native-bun   the same two with --native-waits (waits answered by the
-//               native module's listener, the rest passed to lib/server.mjs on loopback)
+//               native module's listener, the rest passed to apps/server/ on loopback)
 //   reference   bun node_modules/@prisma/streams-server/src/server.ts --object-store local --no-auth
 //               (unswapped; DS_ROOT = the temp dir, PORT=0)
 //   floor-node  this file --role floor-node: bare node:http, reads each POST's body, keeps its `res`
@@ -57,6 +57,7 @@ import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { sleep, median, percentile, descriptorLimit, processCpuMs } from "./common.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, "..");
@@ -81,34 +82,13 @@ function parseArgs(argv) {
 }
 const now = () => performance.now();
 const progress = (m) => process.stderr.write(`[density ${new Date().toISOString().slice(11, 19)}] ${m}\n`);
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const round = (x, d = 1) => (typeof x === "number" && Number.isFinite(x) ? Math.round(x * 10 ** d) / 10 ** d : x ?? null);
-/** Nearest-rank percentile of an ascending array. */
-const pct = (sorted, p) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] : null);
-const median = (xs) => {
-  const s = xs.filter((x) => typeof x === "number" && Number.isFinite(x)).sort((a, b) => a - b);
-  if (!s.length) return null;
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
 function latencySummary(times) {
   const s = Float64Array.from(times).sort();
-  return { n: s.length, p50: round(pct(s, 50), 2), p99: round(pct(s, 99), 2), last: round(s.length ? s[s.length - 1] : null, 2) };
+  return { n: s.length, p50: round(percentile(s, 50), 2), p99: round(percentile(s, 99), 2), last: round(s.length ? s[s.length - 1] : null, 2) };
 }
-function fdLimit() {
-  const m = readFileSync("/proc/self/limits", "utf8").match(/Max open files\s+(\d+|unlimited)/);
-  return m && m[1] !== "unlimited" ? Number(m[1]) : 1 << 20;
-}
-/** utime + stime of a process (all threads), ms (CLK_TCK = 100). */
-function procCpuMs(pid) {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return (Number(f[11]) + Number(f[12])) * 10;
-  } catch {
-    return null; // gone
-  }
-}
+/** The descriptor limit, an unlimited one counted as 2^20. */
+const fdLimit = () => Math.min(descriptorLimit(), 1 << 20);
 function procRssKb(pid) {
   const m = readFileSync(`/proc/${pid}/status`, "utf8").match(/VmRSS:\s+(\d+) kB/);
   return m ? Number(m[1]) : null;
@@ -588,10 +568,10 @@ async function measure(target, n, opts) {
     const parked = await waitParked(client, kind, park.opened);
     const full = await memory(srv);
     progress(`${target} N=${n}: ${parked.parked} parked (sockets opened in ${round(park.openedMs / 1000)} s), RSS ${round(full.rssKb / 1024)} MB; idle CPU`);
-    const cpu0 = procCpuMs(srv.pid);
+    const cpu0 = processCpuMs(srv.pid);
     const tc = now();
     await sleep(opts.idleSeconds * 1000);
-    const idleCpuPct = ((procCpuMs(srv.pid) - cpu0) / (now() - tc)) * 100;
+    const idleCpuPct = ((processCpuMs(srv.pid) - cpu0) / (now() - tc)) * 100;
     progress(`${target} N=${n}: idle CPU ${round(idleCpuPct)}%; wake 1%`);
     const rare = await client.cmd("wake", { which: "rare", deadlineMs: 30_000, repark: true });
     const reparked = await waitParked(client, kind, park.opened);
@@ -649,10 +629,10 @@ async function emfileCheck(target, opts) {
     const t0 = now();
     const park = await client.cmd("park", { capMs: PARK_CAP_MS, port: srv.port, n: opts.emfileConns, cursor, commonKey: K.tableKey("public.common"), rareKey: K.tableKey("public.rare"), timeoutMs: target === "reference" ? REF_TIMEOUT_MS : 30_000, kind, reconnect: false });
     await sleep(3000);
-    const cpu0 = procCpuMs(srv.pid);
+    const cpu0 = processCpuMs(srv.pid);
     const tc = now();
     await sleep(5000);
-    const cpu1 = procCpuMs(srv.pid);
+    const cpu1 = processCpuMs(srv.pid);
     const cpuPct = cpu0 === null || cpu1 === null || srv.exit ? null : ((cpu1 - cpu0) / (now() - tc)) * 100;
     const alive = srv.exit === null;
     const activeWaiters = alive ? await parkedCount(client, kind) : null;

@@ -55,66 +55,43 @@
 // minus the time append k resolved.
 //
 // Prints one JSON line shaped like the reference's (bench "B6-e2e"); progress goes to stderr.
-import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir, cpus, loadavg } from "node:os";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
 import { monitorEventLoopDelay, PerformanceObserver } from "node:perf_hooks";
-import { generateRecords, templateDecls, mulberry32, ENTITIES, T0_MS } from "./gen-workload.mjs";
+import { generateRecords, templateDecls, mulberry32, ENTITIES, T0_MS } from "../testkit/gen-workload.mjs";
+import { arg, numArg, log, sleep, median, percentile, machine, runChild } from "./common.mjs";
 
 const require = createRequire(import.meta.url);
 const { Store, TouchEngine, keys } = require("../index.js");
 
-const argv = process.argv.slice(2);
-const arg = (name, def) => {
-  for (let i = 0; i < argv.length; i++) {
-    if (argv[i] === `--${name}` && argv[i + 1] !== undefined) return Number(argv[i + 1]);
-    if (argv[i].startsWith(`--${name}=`)) return Number(argv[i].slice(name.length + 3));
-  }
-  return def;
-};
-const strArg = (name, def) => {
-  const i = argv.indexOf(`--${name}`);
-  return i >= 0 && argv[i + 1] !== undefined ? argv[i + 1] : def;
-};
-
-const RUNS = arg("runs", 3);
-const SEED = arg("seed", 1);
-const RATE = arg("rate", 5000);
-const SECONDS = arg("seconds", 20);
-const WAITERS = arg("waiters", 1000);
-const BATCH = arg("batch", 50);
-const TIMEOUT_MS = arg("timeoutMs", 30_000);
-const DRAIN_MS = arg("drainMs", 2000);
-const MIN_LEAD = arg("minLead", 50);
-const LEAD_SPAN = arg("leadSpan", 250);
-const MAX_TRIES = arg("maxTries", 200);
-const SIMPLE_SAMPLES = arg("simpleSamples", 50);
-const SIMPLE_INTERVAL_MS = arg("simpleIntervalMs", 200);
-const CHECK_INTERVAL_MS = arg("checkIntervalMs", undefined);
-const WORKERS = arg("workers", undefined);
-const ONLY = strArg("only", "both");
-const CHILD = strArg("child", null);
-const RUN = arg("run", 0);
+const RUNS = numArg("runs", 3);
+const SEED = numArg("seed", 1);
+const RATE = numArg("rate", 5000);
+const SECONDS = numArg("seconds", 20);
+const WAITERS = numArg("waiters", 1000);
+const BATCH = numArg("batch", 50);
+const TIMEOUT_MS = numArg("timeoutMs", 30_000);
+const DRAIN_MS = numArg("drainMs", 2000);
+const MIN_LEAD = numArg("minLead", 50);
+const LEAD_SPAN = numArg("leadSpan", 250);
+const MAX_TRIES = numArg("maxTries", 200);
+const SIMPLE_SAMPLES = numArg("simpleSamples", 50);
+const SIMPLE_INTERVAL_MS = numArg("simpleIntervalMs", 200);
+const CHECK_INTERVAL_MS = numArg("checkIntervalMs", undefined);
+const WORKERS = numArg("workers", undefined);
+const ONLY = arg("only", "both");
+const CHILD = arg("child", null);
+const RUN = numArg("run", 0);
 
 const STREAM = "e2e";
 const TENANTS = 100;
 const DRIVER = "in-process: Store.append (writer) and TouchEngine.wait (waiters) through the JS API, no HTTP";
 const RUNTIME = typeof Bun !== "undefined" ? `bun ${Bun.version}` : `node ${process.version}`;
 
-const log = (m) => process.stderr.write(`[${new Date().toISOString()}] ${m}\n`);
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const round = (x, d = 3) => (Number.isFinite(x) ? Math.round(x * 10 ** d) / 10 ** d : x);
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  if (s.length === 0) return NaN;
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
-/** Nearest-rank percentile of a sorted array (as the reference's pctSorted). */
-const pctSorted = (s, p) => (s.length ? s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))] : NaN);
 const cpuSeconds = () => {
   const u = process.cpuUsage();
   return (u.user + u.system) / 1e6;
@@ -130,9 +107,9 @@ function pct(xs) {
   for (const x of s) sum += x;
   return {
     n,
-    p50: round(pctSorted(s, 50), 2),
-    p90: round(pctSorted(s, 90), 2),
-    p99: round(pctSorted(s, 99), 2),
+    p50: round(percentile(s, 50), 2),
+    p90: round(percentile(s, 90), 2),
+    p99: round(percentile(s, 99), 2),
     max: round(n ? s[n - 1] : NaN, 2),
     min: round(n ? s[0] : NaN, 2),
     mean: round(n ? sum / n : NaN, 2),
@@ -944,26 +921,7 @@ async function childSimple() {
 
 // ------------------------------------------------------------------ parent
 
-function runChild(part, run) {
-  const self = fileURLToPath(import.meta.url);
-  const rest = [];
-  for (let i = 0; i < argv.length; i++) {
-    if (argv[i] === "--child" || argv[i] === "--run") {
-      i++;
-      continue;
-    }
-    rest.push(argv[i]);
-  }
-  const p = spawnSync(process.execPath, [self, "--child", part, "--run", String(run), ...rest], {
-    stdio: ["ignore", "pipe", "inherit"],
-    maxBuffer: 1 << 28,
-    timeout: (SECONDS + 180) * 1000 + TIMEOUT_MS,
-  });
-  if (p.error) throw new Error(`child ${part} run ${run}: ${p.error.message}`);
-  if (p.status !== 0) throw new Error(`child ${part} run ${run} failed with exit code ${p.status}${p.signal ? ` (${p.signal})` : ""}`);
-  const lines = p.stdout.toString().trim().split("\n");
-  return JSON.parse(lines[lines.length - 1]);
-}
+const runPart = (part, run) => runChild(fileURLToPath(import.meta.url), part, run, { timeout: (SECONDS + 180) * 1000 + TIMEOUT_MS });
 
 async function parent() {
   if (!["both", "main", "simple"].includes(ONLY)) fail(`--only must be main or simple, not ${ONLY}`);
@@ -971,7 +929,7 @@ async function parent() {
   const simple = [];
   for (let r = 0; r < RUNS; r++) {
     if (ONLY === "both" || ONLY === "main") {
-      const m = runChild("main", r);
+      const m = runPart("main", r);
       log(
         `main run ${r + 1}/${RUNS}: acked ${m.achievedRowsPerSec} rows/s, woken ${m.woken} (attributed ${m.attributed}, before-record ${m.wokenBeforeRecordProcessed}, without cause ${m.wokenWithoutCause}), ` +
           `timeout ${m.timedOut}, stale ${m.stale}, pending ${m.pendingAtEnd}, errors ${m.errors}; latency p50 ${m.p50} p90 ${m.p90} p99 ${m.p99} max ${m.max} ms; ` +
@@ -981,7 +939,7 @@ async function parent() {
       main.push(m);
     }
     if (ONLY === "both" || ONLY === "simple") {
-      const s = runChild("simple", r);
+      const s = runPart("simple", r);
       log(`simple run ${r + 1}/${RUNS}: p50 ${s.p50} p99 ${s.p99} max ${s.max} min ${s.min} ms (${s.latencyMs.n} samples, missed ${s.missed})`);
       simple.push(s);
     }
@@ -1035,7 +993,7 @@ async function parent() {
       driver: DRIVER,
       isolation: "each run of each part in a fresh child process",
       workload: {
-        generator: "bench/gen-workload.mjs",
+        generator: "testkit/gen-workload.mjs",
         seed: SEED,
         rateRowsPerSec: RATE,
         seconds: SECONDS,
@@ -1047,14 +1005,7 @@ async function parent() {
         simple: { samples: SIMPLE_SAMPLES, intervalMs: SIMPLE_INTERVAL_MS, entity: "public.e0", interestMode: "coarse" },
       },
       runs: RUNS,
-      env: {
-        date: new Date().toISOString(),
-        runtime: RUNTIME,
-        platform: `${process.platform}-${process.arch}`,
-        cpus: cpus().length,
-        cpuModel: cpus()[0]?.model,
-        loadavgAtEnd: loadavg().map((x) => round(x, 2)),
-      },
+      env: machine(),
       results,
     })
   );

@@ -13,14 +13,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Store, processRows } from "../index.js";
 import { HostReader } from "../compat/host-sqlite.mjs";
-import { generateRecords } from "./gen-workload.mjs";
+import { generateRecords } from "../testkit/gen-workload.mjs";
+import { numArg, median } from "./common.mjs";
 
-const arg = (name, dflt) => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? Number(process.argv[i + 1]) : dflt;
-};
-const ROWS = arg("rows", 20_000);
-const ROUNDS = arg("rounds", 3);
+const ROWS = numArg("rows", 20_000);
+const ROUNDS = numArg("rounds", 3);
 const BATCH = 500;
 
 const dir = mkdtempSync(join(tmpdir(), "dt-host-read-"));
@@ -42,7 +39,6 @@ const request = (from, to) => ({
   emitFineTouches: true,
   output: "packed",
 });
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const read = [];
 const hand = [];
 for (let round = 0; round < ROUNDS; round++) {

@@ -24,60 +24,30 @@
 // flush(); latency = when each matching waiter's .then runs, from just before flush(); then
 // 10,000 waiters with timeoutMs 1000 and no touches, lateness = .then time - (call time + 1000).
 
-import { spawnSync } from "node:child_process";
 import { createRequire } from "node:module";
-import { cpus, loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
-import { mulberry32 } from "./gen-workload.mjs";
+import { mulberry32 } from "../testkit/gen-workload.mjs";
+import { arg, numArg, log, sleep, median, percentile, machine, runChild } from "./common.mjs";
 
 const require = createRequire(import.meta.url);
-const argv = process.argv.slice(2);
 const isBun = typeof globalThis.Bun !== "undefined";
 
-function arg(name, def) {
-  const i = argv.indexOf(`--${name}`);
-  if (i >= 0 && argv[i + 1] !== undefined) return argv[i + 1];
-  const eq = argv.find((a) => a.startsWith(`--${name}=`));
-  return eq ? eq.slice(name.length + 3) : def;
-}
-const intArg = (name, def) => Number(arg(name, def));
-
-const RUNS = intArg("runs", 3);
-const SEED = intArg("seed", 1);
-const TOUCHES = intArg("touches", 1_000_000);
-const WAITERS = intArg("waiters", 100_000);
-const TIMEOUT_WAITERS = intArg("timeoutWaiters", 10_000);
-const UNIVERSE = intArg("universe", 24_000);
-const TOUCHED = intArg("touched", 1_000);
+const RUNS = numArg("runs", 3);
+const SEED = numArg("seed", 1);
+const TOUCHES = numArg("touches", 1_000_000);
+const WAITERS = numArg("waiters", 100_000);
+const TIMEOUT_WAITERS = numArg("timeoutWaiters", 10_000);
+const UNIVERSE = numArg("universe", 24_000);
+const TOUCHED = numArg("touched", 1_000);
 const CHILD = arg("child", null);
 const ONLY = arg("only", null);
 const OPTS = { bucketMs: 100, filterPow2: 22, k: 4, pendingMaxKeys: 100_000, keyIndexMaxKeys: 32 };
 
 const round = (x, d = 3) => (Number.isFinite(x) ? Math.round(x * 10 ** d) / 10 ** d : x);
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
-const pctSorted = (s, p) => s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))];
-const log = (msg) => process.stderr.write(`[${new Date().toISOString()}] ${msg}\n`);
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 function gcNow() {
   if (typeof globalThis.gc === "function") globalThis.gc();
   else if (isBun) Bun.gc(true);
-}
-
-function envInfo() {
-  const c = cpus();
-  return {
-    date: new Date().toISOString(),
-    runtime: isBun ? `bun ${Bun.version}` : `node ${process.version}`,
-    platform: `${process.platform}-${process.arch}`,
-    cpus: c.length,
-    cpuModel: c[0]?.model ?? "unknown",
-    loadavgAtEnd: loadavg().map((x) => round(x, 2)),
-  };
 }
 
 function loadDt() {
@@ -311,14 +281,14 @@ async function b5Child() {
       matchingWaiters: matching.length,
       matchingFraction: round(matching.length / WAITERS, 4),
       flushSyncMs: round(flushSyncMs, 3),
-      wakeLatencyP50Ms: round(pctSorted(matchLat, 50), 3),
-      wakeLatencyP99Ms: round(pctSorted(matchLat, 99), 3),
+      wakeLatencyP50Ms: round(percentile(matchLat, 50), 3),
+      wakeLatencyP99Ms: round(percentile(matchLat, 99), 3),
       wakeLatencyMaxMs: round(matchLat[matchLat.length - 1], 3),
       timeoutWaiters: TIMEOUT_WAITERS,
       timeoutRegistrationMs: round(timeoutRegMs, 3),
       timeoutLatenessMinMs: round(lateSorted[0], 3),
-      timeoutLatenessP50Ms: round(pctSorted(lateSorted, 50), 3),
-      timeoutLatenessP99Ms: round(pctSorted(lateSorted, 99), 3),
+      timeoutLatenessP50Ms: round(percentile(lateSorted, 50), 3),
+      timeoutLatenessP99Ms: round(percentile(lateSorted, 99), 3),
       timeoutLatenessMaxMs: round(lateSorted[lateSorted.length - 1], 3),
       timeoutSweeps: totals.timeoutSweeps,
       timeoutsFired: totals.timeoutsFired,
@@ -328,20 +298,12 @@ async function b5Child() {
 
 // ---------------------------------------------------------------- parent
 
-function runChild(kind, run) {
-  const self = fileURLToPath(import.meta.url);
-  const flags = isBun ? [] : ["--expose-gc"];
-  const args = [...flags, self, ...argv.filter((a) => a !== "--child"), "--child", kind, "--run", String(run)];
-  const p = spawnSync(process.execPath, args, { stdio: ["ignore", "pipe", "inherit"], maxBuffer: 1 << 26 });
-  if (p.status !== 0) throw new Error(`${kind} child run ${run} failed with exit code ${p.status}`);
-  const lines = p.stdout.toString().trim().split("\n");
-  return JSON.parse(lines[lines.length - 1]);
-}
+const runPart = (kind, run) => runChild(fileURLToPath(import.meta.url), kind, run, { runtimeFlags: isBun ? [] : ["--expose-gc"] });
 
 function parentB4() {
   const perRun = [];
   for (let r = 0; r < RUNS; r++) {
-    const res = runChild("b4", r);
+    const res = runPart("b4", r);
     const b = res.batch;
     const c = res.perCall;
     log(
@@ -361,7 +323,7 @@ function parentB4() {
       workload: { touches: TOUCHES, distinctKeys: perRun[0].distinct, keyGen: "mulberry32(seed) * 2^32 >>> 0", seed: SEED },
       runs: RUNS,
       isolation: "each run in a fresh child process",
-      env: envInfo(),
+      env: machine(),
       results: {
         plain: { api: batchApi, ...summarizeB4(pick("batch", "plain")) },
         bounded: { api: batchApi, keys: `${TOUCHES} touches drawn uniformly from 50000 random uint32 keys (${perRun[0].boundedDistinct} distinct used)`, ...summarizeB4(pick("batch", "bounded")) },
@@ -379,7 +341,7 @@ function parentB4() {
 function parentB5() {
   const perRun = [];
   for (let r = 0; r < RUNS; r++) {
-    const res = runChild("b5", r);
+    const res = runPart("b5", r);
     log(
       `B5 run ${r + 1}/${RUNS}: ${res.registrationsPerSec} reg/s, heap ${res.heapBytesPerWaiter} B/waiter, rss ${res.rssBytesPerWaiter} B/waiter, ` +
         `flush ${res.flushSyncMs} ms, wake p50 ${res.wakeLatencyP50Ms} ms p99 ${res.wakeLatencyP99Ms} ms max ${res.wakeLatencyMaxMs} ms (${res.matchingWaiters} matching), ` +
@@ -412,7 +374,7 @@ function parentB5() {
       workload: { waiters: WAITERS, keysPerWaiter: "1-4 uniform", universe: UNIVERSE, touched: TOUCHED, timeoutWaiters: TIMEOUT_WAITERS, seed: SEED },
       runs: RUNS,
       isolation: "each run in a fresh child process",
-      env: envInfo(),
+      env: machine(),
       results: { ...results, matchingWaiters: perRun[0]?.matchingWaiters, avgKeysPerWaiter: perRun[0]?.avgKeysPerWaiter, runs: perRun },
     }),
   );

@@ -7,7 +7,7 @@
 //
 // Sides: `<unswapped|swapped>-<bun|node|node22>`: the runtime is Bun, this Node (the unswapped
 // package needs Node 22's node:sqlite, so not on Node 20), or Node 22 from the npm registry's
-// `node` package, as the tests use it (__test__/support/node-binary.mjs: cached in
+// `node` package, as the tests use it (testkit/node-binary.mjs: cached in
 // node_modules/.cache/durable-touch/node-22, installed there first if missing). By default
 // every side but `unswapped-node` (which needs the bench itself on Node 22). Each round starts
 // every side once, on a fresh data dir, in rotating order, and measures, one after the other:
@@ -35,38 +35,32 @@
 // counts), and the issue's goals as reported, not asserted: wake p50 ≤ 15 ms, idle CPU ≤ 3% of
 // a core, and keeping up at 5,000 rows/s (≥ 95% acknowledged, and everything processed within
 // a second of the last ack). Also appended to bench/out/results.jsonl.
-import { spawn, spawnSync } from "node:child_process";
-import { appendFileSync, copyFileSync, cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { appendFileSync, copyFileSync, cpSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, symlinkSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { swap } from "../lib/swap.mjs";
-import { decodeOffset } from "../lib/offsets.mjs";
-import { nodeBinary } from "../__test__/support/node-binary.mjs";
+import { swap } from "../apps/swap/swap.mjs";
+import { decodeOffset } from "../apps/server/offsets.mjs";
+import { nodeBinary } from "../testkit/node-binary.mjs";
+import { arg, sleep, median, processCpuSeconds } from "./common.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, "..");
 const { keys } = createRequire(import.meta.url)("../index.js");
-const argv = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = argv.indexOf(`--${name}`);
-  return i >= 0 ? argv[i + 1] : dflt;
-};
-const ROUNDS = Math.max(1, Number(opt("rounds", 1)) || 1);
-const RATES = String(opt("rates", "1000,5000")).split(",").map(Number).filter((n) => n > 0);
-const SECONDS = Number(opt("seconds", 5));
-const WAKES = Math.max(1, Math.floor(Number(opt("wakes", 100))));
-const FIRST = Math.max(1, Math.floor(Number(opt("first", 5))));
-const IDLE_SECONDS = Number(opt("idle", 5));
-const SIDES = String(opt("sides", "unswapped-bun,swapped-bun,swapped-node,unswapped-node22,swapped-node22")).split(",");
+const ROUNDS = Math.max(1, Number(arg("rounds", 1)) || 1);
+const RATES = String(arg("rates", "1000,5000")).split(",").map(Number).filter((n) => n > 0);
+const SECONDS = Number(arg("seconds", 5));
+const WAKES = Math.max(1, Math.floor(Number(arg("wakes", 100))));
+const FIRST = Math.max(1, Math.floor(Number(arg("first", 5))));
+const IDLE_SECONDS = Number(arg("idle", 5));
+const SIDES = String(arg("sides", "unswapped-bun,swapped-bun,swapped-node,unswapped-node22,swapped-node22")).split(",");
 const BASELINE = "unswapped-bun";
 const BUN = join(root, "node_modules", ".bin", "bun");
 const LOCAL_PACKAGE = join(root, "node_modules", "@prisma", "streams-local");
-const CLK_TCK = Number(spawnSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).stdout.trim()) || 100;
 const ENTITY = "public.posts";
 const JSON_HEADERS = { "content-type": "application/json" };
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const now = () => performance.now();
 
 let NODE22 = null;
@@ -134,13 +128,6 @@ async function start(dirs, side) {
   };
 }
 
-/** The process's CPU seconds so far (user + system, all threads). */
-function cpuSeconds(pid) {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
-}
-
 async function call(base, path, method = "GET", json) {
   const res = await fetch(base + path, { method, headers: JSON_HEADERS, body: json === undefined ? undefined : JSON.stringify(json) });
   const text = await res.text();
@@ -184,12 +171,6 @@ const quantile = (xs, q) => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length === 0 ? null : s[Math.min(s.length - 1, Math.floor(q * s.length))];
 };
-const median = (xs) => {
-  const s = xs.filter((x) => typeof x === "number" && Number.isFinite(x)).sort((a, b) => a - b);
-  if (s.length === 0) return null;
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
 const round = (x, d = 1) => (x === null || x === undefined ? null : Math.round(x * 10 ** d) / 10 ** d);
 
 /** A waiter chain on `keys` until `stop()`: counts its wakes. */
@@ -232,7 +213,7 @@ async function keepUp(srv, rate) {
       if (writing) lags.push(Number(ackedSeq - scanned > 0n ? ackedSeq - scanned : 0n));
     }
   })();
-  const cpu0 = cpuSeconds(srv.pid);
+  const cpu0 = processCpuSeconds(srv.pid);
   const t0 = now();
   const end = t0 + SECONDS * 1000;
   const pending = new Set();
@@ -257,7 +238,7 @@ async function keepUp(srv, rate) {
   }
   await Promise.all(pending);
   const writeEnd = now();
-  const cpu1 = cpuSeconds(srv.pid);
+  const cpu1 = processCpuSeconds(srv.pid);
   writing = false;
   // Polled from the last ack on (not after the sampler's pending sleep, which would add up to
   // 200 ms of the bench's own to the catch-up): resolution ~10 ms plus a meta round trip.
@@ -308,10 +289,10 @@ async function measure(dirs, side) {
     out.wakeP99Ms = round(quantile(wakes, 0.99));
     // Idle, with the one touch stream.
     await sleep(1000);
-    const c0 = cpuSeconds(srv.pid);
+    const c0 = processCpuSeconds(srv.pid);
     const t0 = now();
     await sleep(IDLE_SECONDS * 1000);
-    out.idleCpuPct = round(((cpuSeconds(srv.pid) - c0) / ((now() - t0) / 1000)) * 100, 2);
+    out.idleCpuPct = round(((processCpuSeconds(srv.pid) - c0) / ((now() - t0) / 1000)) * 100, 2);
     // First append to wake, on streams the runtime has never processed.
     const first = [];
     for (let i = 0; i < FIRST; i++) {

@@ -39,31 +39,21 @@ import { spawnSync } from "node:child_process";
 import { writeFileSync, rmSync, mkdtempSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
-import { generateRecords, templateDecls } from "./gen-workload.mjs";
+import { generateRecords, templateDecls } from "../testkit/gen-workload.mjs";
 import { createRequire } from "node:module";
-import { workloadRows, activeTemplates, requestBase, canonicalSha } from "./process-workload.mjs";
+import { workloadRows, activeTemplates, requestBase, canonicalSha } from "../testkit/process-workload.mjs";
 import { unpackTouches } from "../lib/packed.mjs";
+import { numArg, median } from "./common.mjs";
 
 const dt = createRequire(import.meta.url)("../index.js");
 const REFERENCE_SHA_20K = "0ada709b038b9664d18d07338b107faa64120f1f3eef7c32b5bfb4a5b819892c";
 
-function arg(name, def) {
-  const argv = process.argv.slice(2);
-  const i = argv.indexOf(`--${name}`);
-  if (i >= 0 && argv[i + 1] !== undefined) return Number(argv[i + 1]);
-  const eq = argv.find((a) => a.startsWith(`--${name}=`));
-  return eq ? Number(eq.slice(name.length + 3)) : def;
-}
-const RUNS = arg("runs", 3);
-const N = arg("n", 200_000);
-const N_FINE = arg("nFine", 100_000);
-const SEED = arg("seed", 1);
+const RUNS = numArg("runs", 3);
+const N = numArg("n", 200_000);
+const N_FINE = numArg("nFine", 100_000);
+const SEED = numArg("seed", 1);
 const BATCH = 10_000;
 
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
 const round = (x, d = 1) => Math.round(x * 10 ** d) / 10 ** d;
 const log = (m) => process.stderr.write(`[process] ${m}\n`);
 
@@ -290,7 +280,7 @@ async function bench(name, n, kind, templates, native) {
       "results.medianRowsPerSec / results.allCores: the default output, one TouchRow object per touch (the reference's reply). " +
       'results.packed: output: "packed", the same touches as typed arrays (no touch objects built).',
     request: { maxRows: BATCH, maxBytes: base.maxBytes, emitFineTouches: base.emitFineTouches, fineTouchBudget: base.fineTouchBudget, fineGranularity: base.fineGranularity, processingMode: base.processingMode },
-    workload: { generator: "bench/gen-workload.mjs", n, seed: SEED, payloadBytes, tsMs: "T0_MS + offset", templates: templates.length },
+    workload: { generator: "testkit/gen-workload.mjs", n, seed: SEED, payloadBytes, tsMs: "T0_MS + offset", templates: templates.length },
     runs: RUNS,
     env: env(),
     results: {

@@ -15,15 +15,11 @@
 
 import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { mulberry32 } from "./gen-workload.mjs";
+import { mulberry32 } from "../testkit/gen-workload.mjs";
+import { numArg } from "./common.mjs";
 
-const argv = process.argv.slice(2);
-const arg = (name, def) => {
-  const i = argv.indexOf(`--${name}`);
-  return i >= 0 ? Number(argv[i + 1]) : def;
-};
-const RUNS = arg("runs", 3);
-const WAITERS = arg("waiters", 100_000);
+const RUNS = numArg("runs", 3);
+const WAITERS = numArg("waiters", 100_000);
 const UNIVERSE = 24_000;
 const TOUCHED = 1_000;
 const isBun = typeof globalThis.Bun !== "undefined";
@@ -80,7 +76,7 @@ async function child() {
   console.log(JSON.stringify({ matching: matching.length, syncMs: round(syncMs), p50: round(pct(50)), p99: round(pct(99)) }));
 }
 
-if (argv.includes("--child")) {
+if (process.argv.includes("--child")) {
   await child();
 } else {
   const runs = [];

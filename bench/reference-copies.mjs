@@ -4,7 +4,7 @@ import { cpSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, symlinkSync 
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { swap } from "../lib/swap.mjs";
+import { swap } from "../apps/swap/swap.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 /** The installed reference package. */

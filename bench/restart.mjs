@@ -11,7 +11,7 @@
 // Sides (each a server as its own process on a fresh data dir, started twice per scenario):
 //   - ours:            node bin/durable-touch.mjs serve --port 0 --data DIR
 //   - ours-nokeep:     the same with --no-keep-cursors (a new epoch at every start)
-//   - swapped:         a copy of @prisma/streams-server's src/ swapped by lib/swap.mjs, under Bun
+//   - swapped:         a copy of @prisma/streams-server's src/ swapped by apps/swap/swap.mjs, under Bun
 //                      (createApp + Bun.serve, as __test__/reference/swap-serve.ts; SIGTERM closes
 //                      the app cleanly)
 //   - swapped-nokeep:  the same with DURABLE_TOUCH_KEEP_CURSORS=0
@@ -84,6 +84,8 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { REFERENCE, referenceCopies } from "./reference-copies.mjs";
+import { mulberry32 } from "../testkit/gen-workload.mjs";
+import { arg, sleep, median, descriptorLimit, processCpuMs } from "./common.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, "..");
@@ -92,16 +94,11 @@ const { keys: K } = require("../index.js");
 const BIN = join(root, "bin", "durable-touch.mjs");
 const BUN = join(root, "node_modules", ".bin", "bun");
 
-const argv = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = argv.indexOf(`--${name}`);
-  return i >= 0 && argv[i + 1] !== undefined ? argv[i + 1] : dflt;
-};
-const int = (name, dflt, min = 1) => Math.max(min, Math.floor(Number(opt(name, dflt)) || dflt));
+const int = (name, dflt, min = 1) => Math.max(min, Math.floor(Number(arg(name, dflt)) || dflt));
 const ALL_SIDES = ["ours", "ours-nokeep", "swapped", "swapped-nokeep", "reference"];
-const SIDES = String(opt("sides", ALL_SIDES.join(","))).split(",").filter(Boolean);
+const SIDES = String(arg("sides", ALL_SIDES.join(","))).split(",").filter(Boolean);
 for (const s of SIDES) if (!ALL_SIDES.includes(s)) throw new Error(`unknown side ${s}; known: ${ALL_SIDES.join(", ")}`);
-const SCENARIOS = String(opt("scenarios", "clean,kill")).split(",").filter(Boolean);
+const SCENARIOS = String(arg("scenarios", "clean,kill")).split(",").filter(Boolean);
 for (const s of SCENARIOS) if (s !== "clean" && s !== "kill") throw new Error(`unknown scenario ${s}; known: clean, kill`);
 const STREAMS = int("streams", 10);
 const ROWS = int("rows", 1000, 2);
@@ -111,7 +108,7 @@ const GROUPS = int("groups", 200);
 const APPENDERS = int("appenders", 4);
 const RESUME_TIMEOUT = int("resume-timeout", 2000);
 const SEED = int("seed", 33, 0);
-const ORDER = String(opt("order", "append-first"));
+const ORDER = String(arg("order", "append-first"));
 if (ORDER !== "append-first" && ORDER !== "resume-first") throw new Error(`--order append-first | resume-first`);
 const PRE_ROWS = 5; // per stream, before the first cursor
 const OURS_TIMEOUT = 30_000;
@@ -119,15 +116,7 @@ const REF_TIMEOUT = 4_000; // the reference hosts answer requests older than 5 s
 const PARK_CAP_MS = 90_000;
 
 // --- Descriptors: each client is a socket here and one in the server. ---
-function fdLimit() {
-  try {
-    const m = readFileSync("/proc/self/limits", "utf8").match(/Max open files\s+(\d+|unlimited)/);
-    return m && m[1] !== "unlimited" ? Number(m[1]) : Infinity;
-  } catch {
-    return Infinity;
-  }
-}
-const FD_LIMIT = fdLimit();
+const FD_LIMIT = descriptorLimit();
 const wantClients = int("clients", 10_000);
 const CLIENTS_MAX = Math.max(STREAMS, Math.floor(FD_LIMIT - 1024));
 let CLIENTS = Math.min(wantClients, CLIENTS_MAX);
@@ -136,23 +125,7 @@ if (CLIENTS !== wantClients) process.stderr.write(`--clients ${wantClients}: ${C
 const PER_STREAM = CLIENTS / STREAMS;
 
 const now = () => performance.now();
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const round1 = (x) => (typeof x === "number" && Number.isFinite(x) ? Math.round(x * 10) / 10 : x);
-const median = (xs) => {
-  const s = xs.filter((x) => typeof x === "number" && Number.isFinite(x)).sort((a, b) => a - b);
-  if (s.length === 0) return null;
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
-function mulberry32(a) {
-  return () => {
-    a |= 0;
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 // --- HTTP: one keep-alive agent per scenario; at most 128 connections being opened at once
 // (a listen backlog overflowing costs a 1 s SYN retransmit, which would be measured). ---
@@ -292,17 +265,6 @@ function startServer(side, dataDir, copies) {
     });
     exited.then((how) => reject(new Error(`${side.name} exited before listening (${JSON.stringify(how)}): ${err.slice(-2000)}`)));
   });
-}
-
-/** utime + stime of a process (all its threads), in ms. */
-function procCpuMs(pid) {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return ((Number(f[11]) + Number(f[12])) * 1000) / 100; // CLK_TCK = 100 on Linux
-  } catch {
-    return null;
-  }
 }
 
 // --- The plan: clients and rows (the same for every side). ---
@@ -539,11 +501,11 @@ async function runScenario(side, scenario, plan, copies) {
     /** Resolves once every stream's meta has shown activeWaiters >= its clients (each stream
      * once, not necessarily at the same poll); the time of the last one, from `from`. */
     async function allParked(from, label) {
-      const cpu0 = procCpuMs(srv.pid);
+      const cpu0 = processCpuMs(srv.pid);
       const own0 = process.cpuUsage();
       const r = await allParkedPoll(from, label);
       const own = process.cpuUsage(own0);
-      return r && { ...r, serverCpuMs: procCpuMs(srv.pid) - cpu0, driverCpuMs: Math.round((own.user + own.system) / 1000) };
+      return r && { ...r, serverCpuMs: processCpuMs(srv.pid) - cpu0, driverCpuMs: Math.round((own.user + own.system) / 1000) };
     }
     async function allParkedPoll(from, label) {
       const reached = new Array(STREAMS).fill(null);
@@ -596,11 +558,11 @@ async function runScenario(side, scenario, plan, copies) {
     };
     if (scenario === "clean") {
       const f0 = flushesOf(await metaAll());
-      const c0 = procCpuMs(srv.pid);
+      const c0 = processCpuMs(srv.pid);
       const t = now();
       const { rest } = await appendRows(plan.first);
       const metas = await settleAll();
-      cpuPre = { ms: procCpuMs(srv.pid) - c0, flushes: flushesOf(metas) - f0, rows: plan.first.length, wallMs: now() - t };
+      cpuPre = { ms: processCpuMs(srv.pid) - c0, flushes: flushesOf(metas) - f0, rows: plan.first.length, wallMs: now() - t };
       restSource = [...rest, ...plan.second];
       await sleep(200); // the wakes of the last flush are answered
       goingDown();
@@ -655,14 +617,14 @@ async function runScenario(side, scenario, plan, copies) {
     };
     if (ORDER === "resume-first") resumeClients();
     const f0 = flushesOf(metasAfter);
-    const cpu0 = procCpuMs(srv.pid);
+    const cpu0 = processCpuMs(srv.pid);
     const tAppend = now();
     const restRows = restSource;
     const appending = appendRows(restRows).then(async ({ rest }) => {
       if (rest.length) throw new Error(`${rest.length} rows not acknowledged after the restart`);
       const appendMs = now() - tAppend;
       const settled = await settleAll();
-      return { appendMs, cpu: { ms: procCpuMs(srv.pid) - cpu0, flushes: flushesOf(settled) - f0, rows: restRows.length, wallMs: now() - tAppend } };
+      return { appendMs, cpu: { ms: processCpuMs(srv.pid) - cpu0, flushes: flushesOf(settled) - f0, rows: restRows.length, wallMs: now() - tAppend } };
     });
     if (ORDER === "append-first") {
       await appending;

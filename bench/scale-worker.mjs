@@ -21,29 +21,18 @@
 // resolution): the processes share the machine's clock.
 import { createRequire } from "node:module";
 import { join } from "node:path";
+import { mulberry32 } from "../testkit/gen-workload.mjs";
+import { sleep } from "./common.mjs";
 
 const require = createRequire(import.meta.url);
 const { Store, TouchEngine, keys } = require("../index.js");
 
 const STREAM = "scale";
 const now = () => performance.timeOrigin + performance.now();
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** @type {any} */ let store = null;
 /** @type {any} */ let engine = null;
 let role = "";
-
-/** mulberry32, as bench/gen-workload.mjs. */
-function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const tableName = (j) => `public.t${j}`;
 
@@ -78,7 +67,7 @@ async function ready() {
 async function write({ rate, seconds, batch, tables, seed, maxInFlight = 16 }) {
   const interval = (batch / rate) * 1000;
   const batches = Math.max(1, Math.floor((rate * seconds) / batch));
-  const rnd = rng(seed);
+  const rnd = mulberry32(seed);
   const offsets = [];
   const tableOf = [];
   const ackAt = [];

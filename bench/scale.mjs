@@ -8,7 +8,7 @@
 //        [--p99Limit 50] [--beatMs 500] [--batchMs 0] [--fanEdges 4] [--fanWriterChains 10] [--reportKeys 64]
 //        [--reports 10x40,100x40,1000x2,1000x40] [--only latency,cpu,reports,fan]
 //
-// Processes: a nats-server 2.15.1 with JetStream (__test__/support/nats-server.mjs, started once
+// Processes: a nats-server 2.15.1 with JetStream (testkit/nats-server.mjs, started once
 // per run; NATS_SERVER_BIN to use another binary), and per side fresh processes of
 // bench/scale-worker.mjs (child_process.fork), each with a fresh store and subject prefix.
 //
@@ -68,64 +68,39 @@ import { connect } from "node:net";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { natsServerBinary, startNats, NATS_VERSION } from "../__test__/support/nats-server.mjs";
+import { natsServerBinary, startNats, NATS_VERSION } from "../testkit/nats-server.mjs";
+import { numArg, listArg, sleep, median, percentile, processCpuSeconds } from "./common.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const argv = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = argv.indexOf(`--${name}`);
-  if (i >= 0 && argv[i + 1] !== undefined) return argv[i + 1];
-  const eq = argv.find((a) => a.startsWith(`--${name}=`));
-  return eq ? eq.slice(name.length + 3) : dflt;
-};
-const num = (name, dflt) => Number(opt(name, dflt));
-const list = (name, dflt) => String(opt(name, dflt)).split(",").filter(Boolean);
 
-const ROUNDS = Math.max(1, num("rounds", 1) || 1);
-const SECONDS = num("seconds", 5);
-const RATE = num("rate", 5000);
-const BATCH = num("batch", 50);
-const TABLES = num("tables", 256);
-const CHAINS = num("chains", 1000);
-const STEPS = list("steps", "1000,2000,4000,6000,8000,12000,16000,24000,32000").map(Number);
-const STEP_SECONDS = num("stepSeconds", 3);
-const P99_LIMIT = num("p99Limit", 50);
-const BEAT_MS = num("beatMs", 500);
+const ROUNDS = Math.max(1, numArg("rounds", 1) || 1);
+const SECONDS = numArg("seconds", 5);
+const RATE = numArg("rate", 5000);
+const BATCH = numArg("batch", 50);
+const TABLES = numArg("tables", 256);
+const CHAINS = numArg("chains", 1000);
+const STEPS = listArg("steps", "1000,2000,4000,6000,8000,12000,16000,24000,32000").map(Number);
+const STEP_SECONDS = numArg("stepSeconds", 3);
+const P99_LIMIT = numArg("p99Limit", 50);
+const BEAT_MS = numArg("beatMs", 500);
 /** The writer's fan-out batching window (`fanout.batchMs`). */
-const BATCH_MS = num("batchMs", 0);
-const FAN_EDGES = num("fanEdges", 4);
-const FAN_WRITER_CHAINS = num("fanWriterChains", 10);
-const REPORT_KEYS = num("reportKeys", 64);
-const REPORTS = list("reports", "10x40,100x40,1000x2,1000x40").map((s) => {
+const BATCH_MS = numArg("batchMs", 0);
+const FAN_EDGES = numArg("fanEdges", 4);
+const FAN_WRITER_CHAINS = numArg("fanWriterChains", 10);
+const REPORT_KEYS = numArg("reportKeys", 64);
+const REPORTS = listArg("reports", "10x40,100x40,1000x2,1000x40").map((s) => {
   const [e, hz] = s.split("x").map(Number);
   return { edges: e, hz };
 });
-const ONLY = list("only", "latency,cpu,reports,fan");
+const ONLY = listArg("only", "latency,cpu,reports,fan");
 const WAIT_TIMEOUT_MS = 1000;
 const STREAM = "scale";
-const CLK_TCK = Number(spawnSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).stdout.trim()) || 100;
 
 const log = (m) => process.stderr.write(`[${new Date().toISOString().slice(11, 23)}] ${m}\n`);
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const now = () => performance.timeOrigin + performance.now();
 const round = (x, d = 2) => (typeof x === "number" && Number.isFinite(x) ? Math.round(x * 10 ** d) / 10 ** d : null);
-const median = (xs) => {
-  const s = xs.filter((x) => typeof x === "number" && Number.isFinite(x)).sort((a, b) => a - b);
-  if (s.length === 0) return null;
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
-/** Nearest-rank percentile of a sorted array. */
-const pct = (s, p) => (s.length ? s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))] : null);
 
 // ---------------------------------------------------------------- processes
-
-/** CPU seconds of a process (all threads) from /proc. */
-function procCpu(pid) {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return (Number(f[11]) + Number(f[12])) / CLK_TCK;
-}
 
 /** nats-server's pid, found by its port among this user's processes. */
 function natsPid(port) {
@@ -257,7 +232,11 @@ async function natsPublisher(port) {
   };
 }
 
-/** The fan-out's format version, read from src/fanout/wire.rs (`const VERSION`). */
+/**
+ * The fan-out's format version, read from src/fanout/wire.rs (`const VERSION`): the native
+ * module exports neither it nor an encoder of interest reports, so the simulated edges below
+ * lay their reports out here, in step with `encode_interest`.
+ */
 const WIRE_VERSION = (() => {
   const m = readFileSync(new URL("../src/fanout/wire.rs", import.meta.url), "utf8").match(/^const VERSION: u8 = (\d+);/m);
   if (!m) throw new Error("no `const VERSION: u8` in src/fanout/wire.rs");
@@ -367,7 +346,7 @@ function attribute(rows, samples) {
 
 function cpuWindow(procs, natsPidNow, natsPort) {
   const t = now();
-  return Promise.all(procs.map((p) => p.call("usage"))).then((us) => ({ t, us, nats: natsPidNow ? procCpu(natsPidNow) : null, wire: natsPort ? natsSocketBytes(natsPort) : null }));
+  return Promise.all(procs.map((p) => p.call("usage"))).then((us) => ({ t, us, nats: natsPidNow ? processCpuSeconds(natsPidNow) : null, wire: natsPort ? natsSocketBytes(natsPort) : null }));
 }
 
 /** Settles the writer (everything processed and flushed) and the waiter side on its cursor. */
@@ -448,9 +427,9 @@ async function window(ctx, { writer, waiterSide, chains, seconds, seed, extra = 
     const wakes = r.touched;
     Object.assign(out, {
       waitsPerSec: Math.round(wakes / secs),
-      wakeP50Ms: round(pct(r.lat, 50)),
-      wakeP90Ms: round(pct(r.lat, 90)),
-      wakeP99Ms: round(pct(r.lat, 99)),
+      wakeP50Ms: round(percentile(r.lat, 50)),
+      wakeP90Ms: round(percentile(r.lat, 90)),
+      wakeP99Ms: round(percentile(r.lat, 99)),
       wakeMaxMs: round(r.lat[r.lat.length - 1]),
       timed: r.lat.length,
       early: r.early,

@@ -23,6 +23,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
+import { arg, median } from "./common.mjs";
 
 if (typeof globalThis.Bun === "undefined") {
   console.error("bench/sqlite-adapter.mjs runs under Bun (the reference adapter is bun:sqlite)");
@@ -31,10 +32,6 @@ if (typeof globalThis.Bun === "undefined") {
 
 const here = dirname(fileURLToPath(import.meta.url));
 const REF = join(here, "..", "node_modules", "@prisma", "streams-server", "src");
-const arg = (name, def) => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : def;
-};
 const ROUNDS = Number(arg("rounds", 3));
 const ROWS = Number(arg("rows", 20_000));
 const SYNC = String(arg("sync", "OFF"));
@@ -158,11 +155,6 @@ for (let r = 0; r < ROUNDS; r++) {
   for (const side of order) results[side].push(runSide(SIDES[side]));
   Bun.gc(true);
 }
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
 const fmt = (x) => Math.round(x).toLocaleString("en-US");
 const summary = {};
 console.log(`host SQLite adapter, Bun ${Bun.version}, ${ROWS} rows, synchronous=${SYNC}, medians of ${ROUNDS} rounds (ops/s)`);

@@ -7,7 +7,7 @@
 //
 // Both copies are made from node_modules/@prisma/streams-server (never swapped in place, so the
 // "unswapped" side is the real reference) in a temp folder whose node_modules resolves
-// `durable-touch` to this checkout; the swapped one goes through `lib/swap.mjs`. Each round
+// `durable-touch` to this checkout; the swapped one goes through `apps/swap/swap.mjs`. Each round
 // runs both sides at each rate, in alternating order. Prints, per rate, each side's median of
 // wake p50/p99, rows/s achieved, appends answered 408, wakes, wakes before their record, CPU
 // ms per 1,000 wakes and per 1,000 rows (the whole process: server, writer and waiters), and
@@ -18,19 +18,15 @@ import { existsSync, mkdirSync, rmSync, appendFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { referenceCopies } from "./reference-copies.mjs";
+import { arg, median } from "./common.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, "..");
-const argv = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = argv.indexOf(`--${name}`);
-  return i >= 0 ? argv[i + 1] : dflt;
-};
-const ROUNDS = Math.max(1, Number(opt("rounds", 1)) || 1);
-const RATES = String(opt("rates", "1000,5000")).split(",").map(Number).filter((n) => n > 0);
-const SECONDS = Number(opt("seconds", 10));
-const WAITERS = Math.max(0, Math.floor(Number(opt("waiters", 1000))));
-const BATCH = Math.max(1, Math.floor(Number(opt("batch", 50))));
+const ROUNDS = Math.max(1, Number(arg("rounds", 1)) || 1);
+const RATES = String(arg("rates", "1000,5000")).split(",").map(Number).filter((n) => n > 0);
+const SECONDS = Number(arg("seconds", 10));
+const WAITERS = Math.max(0, Math.floor(Number(arg("waiters", 1000))));
+const BATCH = Math.max(1, Math.floor(Number(arg("batch", 50))));
 const bun = join(root, "node_modules", ".bin", "bun");
 
 function run(anchor, rate) {
@@ -55,12 +51,6 @@ function run(anchor, rate) {
   };
 }
 
-const median = (xs) => {
-  const s = xs.filter((x) => typeof x === "number" && Number.isFinite(x)).sort((a, b) => a - b);
-  if (s.length === 0) return null;
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
 /** Which way is better per metric (ratio > 1 means the swapped side is better). */
 const BETTER = { p50Ms: "lower", p99Ms: "lower", achievedRowsPerSec: "higher", cpuMsPer1000Wakes: "lower", cpuMsPer1000Rows: "lower", wakes: "higher" };
 

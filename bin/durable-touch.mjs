@@ -16,10 +16,10 @@
 // and meta with the writer's cursors and redirects the rest (307) to the writer (--writer, or
 // the URL the writer's beats carry). `swap` rewrites the reference server's
 // SQLite adapter, touch manager, touch routes, touch journal and worker pool modules into
-// shims over durable-touch/compat (lib/swap.mjs), and says what a bundle of the swapped server
+// shims over durable-touch/compat (apps/swap/swap.mjs), and says what a bundle of the swapped server
 // needs (durable-touch external and installed where the bundle runs); on an install of
 // @prisma/streams-local (the package root, or a project holding it), it swaps the same modules
-// in the package's bundled chunk (lib/swap-local.mjs).
+// in the package's bundled chunk (apps/swap/swap-local.mjs).
 const argv = process.argv.slice(2);
 const command = argv[0] && !argv[0].startsWith("--") ? argv.shift() : "serve";
 const flag = (name) => {
@@ -28,7 +28,7 @@ const flag = (name) => {
 };
 
 if (command === "serve") {
-  const { startServer } = await import("../lib/server.mjs");
+  const { startServer } = await import("../apps/server/server.mjs");
   let server;
   try {
     server = await startServer({
@@ -67,7 +67,7 @@ if (command === "serve") {
   process.once("SIGINT", () => stop("SIGINT"));
   process.once("SIGTERM", () => stop("SIGTERM"));
 } else if (command === "swap") {
-  const { swap, swapKind, BUNDLE_NOTE } = await import("../lib/swap.mjs");
+  const { swap, swapKind, BUNDLE_NOTE } = await import("../apps/swap/swap.mjs");
   const target = argv.find((a) => !a.startsWith("--"));
   if (!target) {
     console.error("usage: durable-touch swap <path-to-server-src | @prisma/streams-local install> [--undo]");

@@ -6,7 +6,7 @@
 import { mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { createRequire } from "node:module";
-import { generateRecords, walTsMs } from "../bench/gen-workload.mjs";
+import { generateRecords, walTsMs } from "../testkit/gen-workload.mjs";
 
 const require = createRequire(import.meta.url);
 const { Store } = require("../index.js");

@@ -12,9 +12,9 @@ npm run --silent build
 npm run --silent check:js
 phase "build and type check"
 # The broker the fan-out tests start, Rust and JS alike: the real nats-server, installed once
-# into the cache (see __test__/support/nats-server.mjs); the Rust tests require it.
+# into the cache (see testkit/nats-server.mjs); the Rust tests require it.
 NATS_SERVER_BIN="$(node --input-type=module -e '
-  const { natsServerBinary } = await import("./__test__/support/nats-server.mjs");
+  const { natsServerBinary } = await import("./testkit/nats-server.mjs");
   const r = natsServerBinary();
   if (!r.bin) { console.error(`nats-server: ${r.reason}`); process.exit(1); }
   console.log(r.bin);

@@ -1,6 +1,6 @@
 // Random processor inputs for the differential tests: realistic State Protocol records from
 // the benchmark workload, mutated into every shape the processor must survive.
-import { generateRecords, ENTITIES } from "../../bench/gen-workload.mjs";
+import { generateRecords, ENTITIES } from "../../testkit/gen-workload.mjs";
 
 const FIELD_NAMES = ["tenantId", "status", "userId", "id", "priority", "updatedAt", "title", "missing", "0", "__proto__"];
 const ENCODINGS = ["string", "int64", "bool", "datetime", "bytes"];

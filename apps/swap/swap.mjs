@@ -19,7 +19,7 @@
 //
 // `target` may also be an install of @prisma/streams-local (the same server, bundled by bun, that
 // `prisma dev` embeds): its package root or a project whose node_modules holds it. Its one code
-// chunk is swapped instead (lib/swap-local.mjs).
+// chunk is swapped instead (apps/swap/swap-local.mjs).
 //
 // The originals are kept next to them as `*.ts.orig`; `--undo` puts them back byte for byte.
 // Swapping twice is swapping once; undoing an unswapped tree changes nothing; a tree whose
@@ -146,7 +146,7 @@ function sourceDir(target) {
   );
 }
 
-/** What `target` is: "local" (an @prisma/streams-local install, lib/swap-local.mjs) or "server" (sources). */
+/** What `target` is: "local" (an @prisma/streams-local install, apps/swap/swap-local.mjs) or "server" (sources). */
 export function swapKind(target) {
   return findLocalPackage(target) === null ? "server" : "local";
 }

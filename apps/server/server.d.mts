@@ -1,4 +1,4 @@
-import type { Store, TouchEngine, WaitListener } from "../index.js";
+import type { Store, TouchEngine, WaitListener } from "../../index.js";
 
 export interface ServerOptions {
   /** Directory of the SQLite file (default $DATA_DIR or ./data). */

