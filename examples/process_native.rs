@@ -3,7 +3,7 @@
 //!
 //!   cargo run --release --example process_native -- <workload.jsonl> [--json] [--runs 3] [--only coarse|fine|hot|rich]
 //!
-//! The file is `node bench/gen-workload.mjs --n N` output. Runs B2 (coarse) and B3 (24
+//! The file is `node testkit/gen-workload.mjs --n N` output. Runs B2 (coarse) and B3 (24
 //! templates, key granularity, unlimited budget) and "hot" (B3 on rows that repeat the same
 //! 50 records) and "rich" (B2 on records whose title holds non-ASCII text and escaped quotes)
 //! in batches of 10,000 rows, on one thread

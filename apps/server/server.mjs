@@ -35,7 +35,7 @@ const EDGE_FIRST_BEAT_MS = 2_000;
  * true: touch journals are kept across restarts in `<data>/durable-touch.sqlite-journals/`, so
  * cursors handed out before a restart stay valid; false: a new epoch at every start); the fan-out over NATS
  * JetStream (no env fallbacks): nats (the broker's URL: this server publishes its touches as
- * a writer), natsPrefix ("durable-touch", one per writer), natsMaxAgeMs / natsMaxBytes (a
+ * a writer), natsPrefix (`fanoutDefaults.prefix`, one per writer), natsMaxAgeMs / natsMaxBytes (a
  * writer's retention of its flushes: 10 minutes, 256 MiB; what an edge started anew can replay),
  * natsBatchMs (a writer's batching window: 0, each flush at once; more: fewer bytes per key to
  * each edge, that much later),

@@ -739,7 +739,7 @@ async fn consume(
     }
 }
 
-/// Links against a real nats-server (the one `__test__/support/nats-server.mjs` installs,
+/// Links against a real nats-server (the one `testkit/nats-server.mjs` installs,
 /// `NATS_SERVER_BIN`, or one on PATH; skipped without one): `close()` whatever the broker is
 /// doing, and one writer per prefix.
 #[cfg(test)]

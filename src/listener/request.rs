@@ -1,5 +1,5 @@
 //! What the wait listener reads in a request and writes back, without sockets: which requests
-//! it answers itself (a touch wait it can answer byte for byte as `lib/server.mjs` would), the
+//! it answers itself (a touch wait it can answer byte for byte as `apps/server/` would), the
 //! wait such a request asks for, and the bytes of its reply. Anything else is passed on whole.
 
 use crate::engine::wait::{WaitArgs, WaitReply, STALE_MESSAGE};
@@ -14,10 +14,10 @@ const MAX_HEADERS: usize = 64;
 /// 1,024 keys of 40 characters is ~45 KiB. A body this size cannot hold more JSON values than
 /// the server refuses (each value it counts takes a byte at least), so only depth is checked.
 pub const MAX_NATIVE_BODY: usize = 64 * 1024;
-/// `MAX_REQUEST_VALUES` of `lib/server.mjs`.
+/// `MAX_REQUEST_VALUES` of `apps/server/request.mjs`.
 const MAX_REQUEST_VALUES: usize = 65_536;
 const _: () = assert!(MAX_NATIVE_BODY <= MAX_REQUEST_VALUES);
-/// `MAX_JSON_DEPTH` of `lib/json-body.mjs`.
+/// `MAX_JSON_DEPTH` of `apps/server/json-body.mjs`.
 const MAX_JSON_DEPTH: usize = 1000;
 
 /// A complete request head, classified.
@@ -115,7 +115,7 @@ fn decimal(v: &[u8]) -> Option<usize> {
     std::str::from_utf8(v).ok()?.parse().ok()
 }
 
-/// `validHost` of `lib/server.mjs`: empty, or host[:port] with host a bracketed IP literal or
+/// `validHost` of `apps/server/request.mjs`: empty, or host[:port] with host a bracketed IP literal or
 /// an RFC 3986 reg-name / IPv4 address.
 fn valid_host(v: &[u8]) -> bool {
     if v.is_empty() {
@@ -136,7 +136,7 @@ fn valid_host(v: &[u8]) -> bool {
 }
 
 /// The stream a touch wait's request target names (`/v1/stream/<name>/touch/wait`, trailing
-/// slashes and a query allowed, as `waitPath` of `lib/server.mjs`), decoded as
+/// slashes and a query allowed, as `waitPath` of `apps/server/http.mjs`), decoded as
 /// `decodeURIComponent` does; `None` for any other target, and for those the listener leaves
 /// to the JS server's URL parser (dot segments, backslashes, bytes outside printable ASCII).
 pub fn wait_stream(target: &str) -> Option<String> {
