@@ -21,7 +21,7 @@
 // How rows come back: each native call writes a batch of rows' cells into a per-thread
 // ArrayBuffer (numbers as f64, a kind byte per cell) and returns an array holding only the
 // other values (strings, Uint8Arrays, big integers) at their cell index; a function compiled
-// once per column list builds the row objects (see src/bindings/hostdb.rs).
+// once per column list builds the row objects (the native half: the `HostDb` class).
 import { createRequire } from "node:module";
 
 const require = createRequire(import.meta.url);

@@ -2,7 +2,7 @@
 "use strict";
 // The JavaScript halves of the native module's conversions: functions the native side calls
 // where building or reading many JS values is far cheaper in JIT-compiled code than through
-// one N-API call per property (src/bindings/napi/helpers.rs). `lib/internal/native.js` hands
+// one N-API call per property (the napi layer's `helpers` module). `lib/internal/native.js` hands
 // them to the native module once per environment.
 
 /**
@@ -18,7 +18,7 @@ function makeHit(generation, keyId, bucketMaxSourceOffsetSeq, flushAtMs, bucketS
   return Object.freeze({ generation, keyId, bucketMaxSourceOffsetSeq, flushAtMs, bucketStartMs });
 }
 
-/** `effectiveWaitKind` by the engine's code for it (src/bindings/engine.rs, `kind_code`). */
+/** `effectiveWaitKind` by the engine's code for it (`kind_code` of the engine binding). */
 const WAIT_KINDS = ["fineKey", "templateKey", "tableKey"];
 
 /**
