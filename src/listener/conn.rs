@@ -205,7 +205,8 @@ async fn internal_error(client: &mut TcpStream) {
 /// For a request the JS server could not be reached for (it is closing, or this process is out
 /// of descriptors).
 async fn unreachable_reply(client: &mut TcpStream) {
-    error_reply(client, "502 Bad Gateway", "ERR_INTERNAL", "the server behind the wait listener could not be reached").await
+    error_reply(client, "502 Bad Gateway", "ERR_INTERNAL", "the server behind the wait listener could not be reached")
+        .await
 }
 
 /// Passes one request (`req`, head and body) to the JS server, on a kept connection of the
