@@ -41,11 +41,14 @@
 // and its edges send clients to DURABLE_TOUCH_WRITER_URL (default the
 // server's own http://host:port from its config, when that names a port and a host an edge can
 // use; else none, and edges need their own --writer). See `fanoutFromEnv`.
+import { createRequire } from "node:module";
 import { engineBounds, Store, TouchEngine } from "../index.js";
 import { bridgeWaitForAny, TouchJournal } from "./journal.mjs";
 import { hostConnectionOf } from "./sqlite-adapter.mjs";
 import { feedLiveMetrics } from "./live-metrics.mjs";
 import { switchedOff } from "../lib/settings.mjs";
+
+const native = createRequire(import.meta.url)("../lib/internal/native.js");
 
 /** Set on what durable-touch puts in place of the server's own (the swap's tests look). */
 const NATIVE = Symbol.for("durable-touch.native");
@@ -72,42 +75,11 @@ const noTouch = (e) => e?.code === "ERR_TOUCH_NOT_ENABLED" || e?.code === "ERR_S
 /** … or once the manager stopped (the reference's members keep answering then). */
 const noEngine = (e) => noTouch(e) || e?.code === "ERR_CLOSED";
 
-/** The reference's snapshot of a stream it holds no runtime state for. */
-const EMPTY_RUNTIME = Object.freeze({
-  lagSourceOffsets: 0,
-  touchMode: "fine",
-  hotFineKeys: 0,
-  hotTemplates: 0,
-  hotFineKeysActive: 0,
-  hotFineKeysGrace: 0,
-  hotTemplatesActive: 0,
-  hotTemplatesGrace: 0,
-  fineWaitersActive: 0,
-  coarseWaitersActive: 0,
-  broadFineWaitersActive: 0,
-  hotKeyFilteringEnabled: true,
-  hotTemplateFilteringEnabled: false,
-  scanRowsTotal: 0,
-  scanBatchesTotal: 0,
-  scannedButEmitted0BatchesTotal: 0,
-  processedThroughDeltaTotal: 0,
-  touchesEmittedTotal: 0,
-  touchesTableTotal: 0,
-  touchesTemplateTotal: 0,
-  fineTouchesDroppedDueToBudgetTotal: 0,
-  fineTouchesSkippedColdTemplateTotal: 0,
-  fineTouchesSkippedColdKeyTotal: 0,
-  fineTouchesSkippedTemplateBucketTotal: 0,
-  waitTouchedTotal: 0,
-  waitTimeoutTotal: 0,
-  waitStaleTotal: 0,
-  journalFlushesTotal: 0,
-  journalNotifyWakeupsTotal: 0,
-  journalNotifyWakeMsTotal: 0,
-  journalNotifyWakeMsMax: 0,
-  journalTimeoutsFiredTotal: 0,
-  journalTimeoutSweepMsTotal: 0,
-});
+/**
+ * The reference's snapshot of a stream it holds no runtime state for: the native core's
+ * (`TouchEngine::empty_runtime`), with `runtime()`'s fields in its order.
+ */
+const EMPTY_RUNTIME = Object.freeze(native._emptyRuntime());
 
 /** Hosts that name every interface, not one an edge could send a client to. */
 const WILDCARD_HOSTS = new Set(["0.0.0.0", "::", "[::]", ""]);

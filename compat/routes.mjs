@@ -10,6 +10,9 @@
 //
 // `createStateProtocolTouchRoute(host)` takes the server's own helpers (the swapped module
 // imports them): `getStateProtocolTouchConfig(profile)` from `./validation`.
+import { createRequire } from "node:module";
+
+const native = createRequire(import.meta.url)("../lib/internal/native.js");
 
 /** Maps an engine error to the route's response; rethrows what the route would not catch. */
 function errorResponse(e, respond) {
@@ -50,18 +53,11 @@ function unlessAborted(promise, signal, onAbort) {
 
 const NO_CONTENT = () => new Response(null, { status: 204 });
 
-/** The request fields `/touch/wait` reads (the rest of the body is ignored, as by the reference). */
-const WAIT_FIELDS = [
-  "keys",
-  "keyIds",
-  "exact",
-  "cursor",
-  "timeoutMs",
-  "templateIdsUsed",
-  "interestMode",
-  "declareTemplates",
-  "inactivityTtlMs",
-];
+/**
+ * The request fields `/touch/wait` reads (the rest of the body is ignored, as by the reference):
+ * the engine's own list (`WaitArgs::FIELDS`), in its order.
+ */
+const WAIT_FIELDS = Object.freeze(native._waitFields());
 
 async function readJson(req) {
   try {

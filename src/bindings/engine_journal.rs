@@ -1,16 +1,15 @@
 //! `EngineJournal`: a stream's journal inside a `TouchEngine`, as the reference manager's
 //! `getOrCreateJournal` / `getJournalIfExists` hand it out: the reference journal's methods,
 //! over the journal the engine's batches touch and its waits park in. Made only by
-//! `TouchEngine.journal()`. Conversion only; the checks are the `TouchJournal` class's
-//! ([`super::journal`]).
+//! `TouchEngine.journal()`. Conversion only; the checks and the getters (`journal_getters!`)
+//! are the `TouchJournal` class's ([`super::journal`]).
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use super::journal::{
-    exact_touched_since_any_args, interval_stats_js, js_waiter, maybe_touched_since_any_args, maybe_touched_since_args,
-    meta_js, parse_wait, set_coalesce_args, total_stats_js, touch_args, wait_parsed, InJsCall,
-    TouchJournalIntervalStats, TouchJournalMeta, TouchJournalTotalStats,
+    exact_touched_since_any_args, journal_getters, js_waiter, maybe_touched_since_any_args, maybe_touched_since_args,
+    parse_wait, set_coalesce_args, touch_args, wait_parsed, InJsCall,
 };
 use super::napi::{Js, Port};
 use crate::journal::{Journal, Resolve, Waker};
@@ -86,64 +85,12 @@ impl EngineJournal {
         let _js = InJsCall::enter(env);
         self.journal.flush()
     }
+}
 
-    #[napi]
-    pub fn get_cursor(&self) -> String {
-        self.journal.cursor()
-    }
+journal_getters!(EngineJournal);
 
-    #[napi]
-    pub fn get_epoch(&self) -> String {
-        self.journal.epoch().to_string()
-    }
-
-    #[napi]
-    pub fn get_generation(&self) -> u32 {
-        self.journal.generation()
-    }
-
-    /// The largest source offset flushed so far (-1n before any).
-    #[napi]
-    pub fn get_last_flushed_source_offset_seq(&self) -> i64n {
-        i64n(self.journal.read(|s| s.last_flushed_source_offset()))
-    }
-
-    #[napi]
-    pub fn get_last_flush_at_ms(&self) -> f64 {
-        self.journal.read(|s| s.last_flush_at_ms()) as f64
-    }
-
-    #[napi]
-    pub fn get_last_bucket_start_ms(&self) -> f64 {
-        self.journal.read(|s| s.last_bucket_start_ms()) as f64
-    }
-
-    #[napi]
-    pub fn get_active_waiters(&self) -> f64 {
-        self.journal.active_waiters() as f64
-    }
-
-    #[napi]
-    pub fn get_meta(&self) -> TouchJournalMeta {
-        meta_js(self.journal.meta())
-    }
-
-    #[napi]
-    pub fn get_total_stats(&self) -> TouchJournalTotalStats {
-        total_stats_js(&self.journal)
-    }
-
-    #[napi]
-    pub fn snapshot_and_reset_interval_stats(&self) -> TouchJournalIntervalStats {
-        interval_stats_js(&self.journal)
-    }
-
-    /// Bytes of bloom memory held: 0 until the first touch, then 4 × filterSize (B14).
-    #[napi]
-    pub fn get_filter_bytes(&self) -> f64 {
-        self.journal.filter_bytes() as f64
-    }
-
+#[napi]
+impl EngineJournal {
     /// Cancels the timers and resolves every pending wait with null, the engine's own waits
     /// included (they answer `touched: false`). Returns how many. The journal stays usable.
     #[napi]

@@ -706,6 +706,76 @@ pub(crate) fn wait_request(
     Ok(req)
 }
 
+/// The read-only members `TouchJournal` and `EngineJournal` share, as one `#[napi] impl`
+/// block of `$class` (which holds its journal as `journal`). Each class invokes it between its
+/// own blocks, where these members stand in its index.d.ts. Docs are written `#[doc = " …"]`:
+/// a `///` comment in a `macro_rules!` reaches napi-derive as a raw string, whose `r"` it would
+/// copy into index.d.ts.
+macro_rules! journal_getters {
+    ($class:ident) => {
+        #[napi]
+        impl $class {
+            #[napi]
+            pub fn get_cursor(&self) -> String {
+                self.journal.cursor()
+            }
+
+            #[napi]
+            pub fn get_epoch(&self) -> String {
+                self.journal.epoch().to_string()
+            }
+
+            #[napi]
+            pub fn get_generation(&self) -> u32 {
+                self.journal.generation()
+            }
+
+            #[doc = " The largest source offset flushed so far (-1n before any)."]
+            #[napi]
+            pub fn get_last_flushed_source_offset_seq(&self) -> i64n {
+                i64n(self.journal.read(|s| s.last_flushed_source_offset()))
+            }
+
+            #[napi]
+            pub fn get_last_flush_at_ms(&self) -> f64 {
+                self.journal.read(|s| s.last_flush_at_ms()) as f64
+            }
+
+            #[napi]
+            pub fn get_last_bucket_start_ms(&self) -> f64 {
+                self.journal.read(|s| s.last_bucket_start_ms()) as f64
+            }
+
+            #[napi]
+            pub fn get_active_waiters(&self) -> f64 {
+                self.journal.active_waiters() as f64
+            }
+
+            #[napi]
+            pub fn get_meta(&self) -> $crate::bindings::journal::TouchJournalMeta {
+                $crate::bindings::journal::meta_js(self.journal.meta())
+            }
+
+            #[napi]
+            pub fn get_total_stats(&self) -> $crate::bindings::journal::TouchJournalTotalStats {
+                $crate::bindings::journal::total_stats_js(&self.journal)
+            }
+
+            #[napi]
+            pub fn snapshot_and_reset_interval_stats(&self) -> $crate::bindings::journal::TouchJournalIntervalStats {
+                $crate::bindings::journal::interval_stats_js(&self.journal)
+            }
+
+            #[doc = " Bytes of bloom memory held: 0 until the first touch, then 4 × filterSize (B14)."]
+            #[napi]
+            pub fn get_filter_bytes(&self) -> f64 {
+                self.journal.filter_bytes() as f64
+            }
+        }
+    };
+}
+pub(crate) use journal_getters;
+
 #[napi]
 impl TouchJournal {
     #[napi(constructor, ts_args_type = "options?: TouchJournalOptions | undefined | null")]
@@ -898,64 +968,12 @@ impl TouchJournal {
         let _js = InJsCall::enter(env);
         self.journal.flush()
     }
+}
 
-    #[napi]
-    pub fn get_cursor(&self) -> String {
-        self.journal.cursor()
-    }
+journal_getters!(TouchJournal);
 
-    #[napi]
-    pub fn get_epoch(&self) -> String {
-        self.journal.epoch().to_string()
-    }
-
-    #[napi]
-    pub fn get_generation(&self) -> u32 {
-        self.journal.generation()
-    }
-
-    /// The largest source offset flushed so far (-1n before any).
-    #[napi]
-    pub fn get_last_flushed_source_offset_seq(&self) -> i64n {
-        i64n(self.journal.read(|s| s.last_flushed_source_offset()))
-    }
-
-    #[napi]
-    pub fn get_last_flush_at_ms(&self) -> f64 {
-        self.journal.read(|s| s.last_flush_at_ms()) as f64
-    }
-
-    #[napi]
-    pub fn get_last_bucket_start_ms(&self) -> f64 {
-        self.journal.read(|s| s.last_bucket_start_ms()) as f64
-    }
-
-    #[napi]
-    pub fn get_active_waiters(&self) -> f64 {
-        self.journal.active_waiters() as f64
-    }
-
-    #[napi]
-    pub fn get_meta(&self) -> TouchJournalMeta {
-        meta_js(self.journal.meta())
-    }
-
-    #[napi]
-    pub fn get_total_stats(&self) -> TouchJournalTotalStats {
-        total_stats_js(&self.journal)
-    }
-
-    #[napi]
-    pub fn snapshot_and_reset_interval_stats(&self) -> TouchJournalIntervalStats {
-        interval_stats_js(&self.journal)
-    }
-
-    /// Bytes of bloom memory held: 0 until the first touch, then 4 × filterSize (B14).
-    #[napi]
-    pub fn get_filter_bytes(&self) -> f64 {
-        self.journal.filter_bytes() as f64
-    }
-
+#[napi]
+impl TouchJournal {
     /// Cancels the timers and resolves every pending wait with null (B29). Returns how many.
     #[napi]
     pub fn stop(&self, env: &Env) -> f64 {

@@ -52,7 +52,7 @@ fn kept_view(rt: &StreamRt) -> KeptView {
 }
 
 /// The hot counts and totals of one stream (M21).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RuntimeView {
     pub hot_fine_keys: usize,
     pub hot_templates: usize,
@@ -159,6 +159,15 @@ impl TouchEngine {
         Ok((rt.runtime_touch_mode(), rt.lag_source_offsets, view))
     }
 
+    /// The reference manager's `getTouchRuntimeSnapshot` for a stream it holds no runtime state
+    /// for (touch not enabled, or no engine): mode `fine`, no lag, nothing hot (key filtering
+    /// on, as [`hot::HotSnapshot::empty`]) and every total 0, as a stream reads before its
+    /// first batch, touch, wait or hot interest.
+    pub fn empty_runtime() -> (TouchMode, i64, RuntimeView) {
+        let view = RuntimeView::new(&hot::HotSnapshot::empty(), RuntimeTotals::default(), TotalStats::default());
+        (TouchMode::Fine, 0, view)
+    }
+
     /// Stats: the collector's window (reset), the reporter line, memory and per-stream totals.
     pub fn stats(&self) -> EngineStatsView {
         let now = wall_ms();
@@ -246,20 +255,27 @@ impl TouchEngine {
 /// whether or not a batch or a wait ran since.
 fn runtime_view(rt: &mut StreamRt, cfg: &TouchConfig, now_ms: i64) -> RuntimeView {
     let snap = rt.hot_snapshot(&hot::hot_limits(cfg), now_ms);
-    RuntimeView {
-        hot_fine_keys: snap.hot_key_count(),
-        hot_templates: snap.hot_template_count(),
-        hot_fine_keys_active: snap.hot_key_active,
-        hot_fine_keys_grace: snap.hot_key_grace,
-        hot_templates_active: snap.hot_template_active,
-        hot_templates_grace: snap.hot_template_grace,
-        fine_waiters_active: snap.fine_waiters,
-        coarse_waiters_active: snap.coarse_waiters,
-        broad_fine_waiters_active: snap.broad_fine_waiters,
-        hot_key_filtering_enabled: snap.key_filtering,
-        hot_template_filtering_enabled: snap.template_filtering,
-        totals: rt.totals,
-        journal: rt.journal.as_ref().map(|j| j.total_stats()).unwrap_or_default(),
+    let journal = rt.journal.as_ref().map(|j| j.total_stats()).unwrap_or_default();
+    RuntimeView::new(&snap, rt.totals, journal)
+}
+
+impl RuntimeView {
+    fn new(snap: &hot::HotSnapshot, totals: RuntimeTotals, journal: TotalStats) -> RuntimeView {
+        RuntimeView {
+            hot_fine_keys: snap.hot_key_count(),
+            hot_templates: snap.hot_template_count(),
+            hot_fine_keys_active: snap.hot_key_active,
+            hot_fine_keys_grace: snap.hot_key_grace,
+            hot_templates_active: snap.hot_template_active,
+            hot_templates_grace: snap.hot_template_grace,
+            fine_waiters_active: snap.fine_waiters,
+            coarse_waiters_active: snap.coarse_waiters,
+            broad_fine_waiters_active: snap.broad_fine_waiters,
+            hot_key_filtering_enabled: snap.key_filtering,
+            hot_template_filtering_enabled: snap.template_filtering,
+            totals,
+            journal,
+        }
     }
 }
 
@@ -329,5 +345,22 @@ impl Inner {
             runtime,
             kept: kept_view(rt),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::runtime::Source;
+    use crate::spec::StateProtocolProfile;
+
+    #[test]
+    fn the_empty_runtime_is_a_new_streams() {
+        // compat/manager.mjs answers `getTouchRuntimeSnapshot` with the empty runtime for a
+        // stream the engine holds no state for; a stream it has just taken up reads the same.
+        let cfg = TouchConfig { enabled: true, ..TouchConfig::default() };
+        let mut rt = StreamRt::new(StateProtocolProfile { touch: Some(cfg.clone()) }, Source::Local);
+        let view = runtime_view(&mut rt, &cfg, wall_ms());
+        assert_eq!(TouchEngine::empty_runtime(), (rt.runtime_touch_mode(), rt.lag_source_offsets, view));
     }
 }

@@ -6,6 +6,7 @@ use std::ops::RangeInclusive;
 
 use napi::bindgen_prelude::*;
 
+use super::types::runtime_fields;
 use super::types::{
     ActivateResult, ActivatedTemplate, CollectorStats, DeniedTemplate, EngineMemoryStats, EngineStats,
     KeptJournalStats, LifecycleStats, StaleError, StreamRuntimeStats, TemplateLimitsJs, TickFailure, TickResult,
@@ -168,112 +169,67 @@ fn wait_reply(r: WaitReply) -> WaitResult {
     }
 }
 
+/// Fills the object `$name` declared by `runtime_object`: its `$head` and `$tail` fields as
+/// given, the runtime fields read from `$view` (a `&RuntimeView`) as `runtime_fields` says.
+macro_rules! runtime_object_js {
+    (
+        $name:ident, $view:expr, { $($head:tt)* } { $($tail:tt)* };
+        |$r:ident, $t:ident, $w:ident| { $($field:ident: $ty:ident = $value:expr,)* }
+    ) => {{
+        let $r: &RuntimeView = $view;
+        let $t = &$r.totals;
+        let $w = &$r.journal.wake;
+        $name { $($head)* $($field: $value,)* $($tail)* }
+    }};
+}
+
 pub(super) fn meta_js(v: TouchMetaView) -> TouchMeta {
     let m = &v.journal;
-    let r: &RuntimeView = &v.runtime;
-    let t = &r.totals;
-    let w = &r.journal.wake;
-    TouchMeta {
-        mode: "memory".into(),
-        cursor: m.cursor.clone(),
-        epoch: m.epoch.clone(),
-        generation: m.generation,
-        bucket_ms: m.bucket_ms as f64,
-        coalesce_ms: m.coalesce_ms as f64,
-        filter_size: m.filter_size as f64,
-        k: m.k,
-        pending_keys: m.pending_keys as f64,
-        overflow_buckets: m.overflow_buckets as f64,
-        active_waiters: m.active_waiters as f64,
-        bucket_max_source_offset_seq: m.bucket_max_source_offset_seq.to_string(),
-        last_flush_at_ms: m.last_flush_at_ms as f64,
-        flush_interval_ms_max_last10s: m.flush_interval_ms_max_last_10s as f64,
-        flush_interval_ms_p95_last10s: m.flush_interval_ms_p95_last_10s as f64,
-        settled: v.settled,
-        coarse_interval_ms: v.coarse_interval_ms,
-        touch_coalesce_window_ms: v.touch_coalesce_window_ms,
-        active_templates: v.active_templates as f64,
-        lag_source_offsets: v.lag_source_offsets as f64,
-        touch_mode: v.touch_mode.as_str().into(),
-        wal_scanned_through: v.processed_through.map(|p| crate::store::encode_offset(v.stream_epoch as u32, p)),
-        hot_fine_keys: r.hot_fine_keys as f64,
-        hot_templates: r.hot_templates as f64,
-        hot_fine_keys_active: r.hot_fine_keys_active as f64,
-        hot_fine_keys_grace: r.hot_fine_keys_grace as f64,
-        hot_templates_active: r.hot_templates_active as f64,
-        hot_templates_grace: r.hot_templates_grace as f64,
-        fine_waiters_active: r.fine_waiters_active as f64,
-        coarse_waiters_active: r.coarse_waiters_active as f64,
-        broad_fine_waiters_active: r.broad_fine_waiters_active as f64,
-        hot_key_filtering_enabled: r.hot_key_filtering_enabled,
-        hot_template_filtering_enabled: r.hot_template_filtering_enabled,
-        scan_rows_total: t.scan_rows,
-        scan_batches_total: t.scan_batches,
-        scanned_but_emitted0_batches_total: t.scanned_but_emitted0_batches,
-        processed_through_delta_total: t.processed_through_delta,
-        touches_emitted_total: t.touches_emitted,
-        touches_table_total: t.touches_table,
-        touches_template_total: t.touches_template,
-        fine_touches_dropped_due_to_budget_total: t.fine_touches_dropped_due_to_budget,
-        fine_touches_skipped_cold_template_total: t.fine_touches_skipped_cold_template,
-        fine_touches_skipped_cold_key_total: t.fine_touches_skipped_cold_key,
-        fine_touches_skipped_template_bucket_total: t.fine_touches_skipped_template_bucket,
-        wait_touched_total: t.wait_touched,
-        wait_timeout_total: t.wait_timeout,
-        wait_stale_total: t.wait_stale,
-        journal_flushes_total: r.journal.flushes as f64,
-        journal_notify_wakeups_total: w.notify_wakeups as f64,
-        journal_notify_wake_ms_total: w.notify_wake_ms_sum,
-        journal_notify_wake_ms_max: w.notify_wake_ms_max,
-        journal_timeouts_fired_total: w.timeouts_fired as f64,
-        journal_timeout_sweep_ms_total: w.timeout_sweep_ms_sum,
-        compensation_touches_total: t.compensation_touches,
-        batches_split_for_budget_total: t.batches_split_for_budget,
-        journal_kept: v.kept.kept,
-        epoch_started_at_ms: v.kept.epoch_started_ms as f64,
-        replayed_flushes: v.kept.replayed_flushes as f64,
-        floor_generation: v.kept.floor_generation as f64,
-    }
+    let totals = &v.runtime.totals;
+    runtime_fields! { runtime_object_js! {
+        TouchMeta, &v.runtime, {
+            mode: "memory".into(),
+            cursor: m.cursor.clone(),
+            epoch: m.epoch.clone(),
+            generation: m.generation,
+            bucket_ms: m.bucket_ms as f64,
+            coalesce_ms: m.coalesce_ms as f64,
+            filter_size: m.filter_size as f64,
+            k: m.k,
+            pending_keys: m.pending_keys as f64,
+            overflow_buckets: m.overflow_buckets as f64,
+            active_waiters: m.active_waiters as f64,
+            bucket_max_source_offset_seq: m.bucket_max_source_offset_seq.to_string(),
+            last_flush_at_ms: m.last_flush_at_ms as f64,
+            flush_interval_ms_max_last10s: m.flush_interval_ms_max_last_10s as f64,
+            flush_interval_ms_p95_last10s: m.flush_interval_ms_p95_last_10s as f64,
+            settled: v.settled,
+            coarse_interval_ms: v.coarse_interval_ms,
+            touch_coalesce_window_ms: v.touch_coalesce_window_ms,
+            active_templates: v.active_templates as f64,
+            lag_source_offsets: v.lag_source_offsets as f64,
+            touch_mode: v.touch_mode.as_str().into(),
+            wal_scanned_through: v
+                .processed_through
+                .map(|p| crate::store::encode_offset(v.stream_epoch as u32, p)),
+        } {
+            compensation_touches_total: totals.compensation_touches,
+            batches_split_for_budget_total: totals.batches_split_for_budget,
+            journal_kept: v.kept.kept,
+            epoch_started_at_ms: v.kept.epoch_started_ms as f64,
+            replayed_flushes: v.kept.replayed_flushes as f64,
+            floor_generation: v.kept.floor_generation as f64,
+        }
+    } }
 }
 
 pub(super) fn runtime_js(mode: TouchMode, lag: i64, r: &RuntimeView) -> TouchRuntime {
-    let t = &r.totals;
-    let w = &r.journal.wake;
-    TouchRuntime {
-        lag_source_offsets: lag as f64,
-        touch_mode: mode.as_str().into(),
-        hot_fine_keys: r.hot_fine_keys as f64,
-        hot_templates: r.hot_templates as f64,
-        hot_fine_keys_active: r.hot_fine_keys_active as f64,
-        hot_fine_keys_grace: r.hot_fine_keys_grace as f64,
-        hot_templates_active: r.hot_templates_active as f64,
-        hot_templates_grace: r.hot_templates_grace as f64,
-        fine_waiters_active: r.fine_waiters_active as f64,
-        coarse_waiters_active: r.coarse_waiters_active as f64,
-        broad_fine_waiters_active: r.broad_fine_waiters_active as f64,
-        hot_key_filtering_enabled: r.hot_key_filtering_enabled,
-        hot_template_filtering_enabled: r.hot_template_filtering_enabled,
-        scan_rows_total: t.scan_rows,
-        scan_batches_total: t.scan_batches,
-        scanned_but_emitted0_batches_total: t.scanned_but_emitted0_batches,
-        processed_through_delta_total: t.processed_through_delta,
-        touches_emitted_total: t.touches_emitted,
-        touches_table_total: t.touches_table,
-        touches_template_total: t.touches_template,
-        fine_touches_dropped_due_to_budget_total: t.fine_touches_dropped_due_to_budget,
-        fine_touches_skipped_cold_template_total: t.fine_touches_skipped_cold_template,
-        fine_touches_skipped_cold_key_total: t.fine_touches_skipped_cold_key,
-        fine_touches_skipped_template_bucket_total: t.fine_touches_skipped_template_bucket,
-        wait_touched_total: t.wait_touched,
-        wait_timeout_total: t.wait_timeout,
-        wait_stale_total: t.wait_stale,
-        journal_flushes_total: r.journal.flushes as f64,
-        journal_notify_wakeups_total: w.notify_wakeups as f64,
-        journal_notify_wake_ms_total: w.notify_wake_ms_sum,
-        journal_notify_wake_ms_max: w.notify_wake_ms_max,
-        journal_timeouts_fired_total: w.timeouts_fired as f64,
-        journal_timeout_sweep_ms_total: w.timeout_sweep_ms_sum,
-    }
+    runtime_fields! { runtime_object_js! {
+        TouchRuntime, r, {
+            lag_source_offsets: lag as f64,
+            touch_mode: mode.as_str().into(),
+        } {}
+    } }
 }
 
 pub(super) fn tick_js(r: TickReport) -> TickResult {

@@ -4,8 +4,8 @@
 //! - [`convert`]: reading its options and arguments, and converting the core's replies and
 //!   views to those objects;
 //! - [`bounds`]: the module constants `engineBounds`, `fanoutBounds` and `fanoutDefaults`;
-//! - this module: the class, and the native halves `_engineWait` and `_engineCancel` of
-//!   `lib/internal/engine-methods.js`.
+//! - this module: the class, the native halves `_engineWait` and `_engineCancel` of
+//!   `lib/internal/engine-methods.js`, and `_emptyRuntime` and `_waitFields` for `compat/`.
 
 pub mod bounds;
 mod convert;
@@ -119,6 +119,22 @@ pub fn engine_wait_fields<'env>(
         Ok((stream, WaitArgs::parse(&body)?, signal))
     })();
     this.wait_parsed(env, parsed, cancel_id.map(|id| id as u64))
+}
+
+/// `_emptyRuntime`: what `runtime()` reports for a stream the engine holds no state for (the
+/// reference's snapshot then), for `compat/manager.mjs` to answer `getTouchRuntimeSnapshot`
+/// with when there is no engine or the stream's touch is not enabled.
+#[napi(js_name = "_emptyRuntime", skip_typescript)]
+pub fn empty_runtime() -> TouchRuntime {
+    let (mode, lag, view) = CoreEngine::empty_runtime();
+    runtime_js(mode, lag, &view)
+}
+
+/// `_waitFields`: the request fields a wait reads ([`WaitArgs::FIELDS`]), in order, for
+/// `compat/routes.mjs` to copy out of a `/touch/wait` body.
+#[napi(js_name = "_waitFields", skip_typescript)]
+pub fn wait_fields() -> Vec<&'static str> {
+    WaitArgs::FIELDS.to_vec()
 }
 
 /// The `TouchEngine` the JS halves pass as their first argument.

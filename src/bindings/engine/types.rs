@@ -194,81 +194,117 @@ pub struct MetaOptions {
     pub timeout_ms: Option<f64>,
 }
 
-/// `/touch/meta` (M21): the journal's meta and the stream's runtime.
-#[napi(object, object_from_js = false)]
-pub struct TouchMeta {
-    pub mode: String,
-    pub cursor: String,
-    pub epoch: String,
-    pub generation: u32,
-    pub bucket_ms: f64,
-    pub coalesce_ms: f64,
-    pub filter_size: f64,
-    pub k: u32,
-    pub pending_keys: f64,
-    pub overflow_buckets: f64,
-    pub active_waiters: f64,
-    pub bucket_max_source_offset_seq: String,
-    pub last_flush_at_ms: f64,
-    #[napi(js_name = "flushIntervalMsMaxLast10s")]
-    pub flush_interval_ms_max_last10s: f64,
-    #[napi(js_name = "flushIntervalMsP95Last10s")]
-    pub flush_interval_ms_p95_last10s: f64,
-    pub settled: bool,
-    pub coarse_interval_ms: f64,
-    pub touch_coalesce_window_ms: f64,
-    pub active_templates: f64,
-    /// Offsets appended but not processed yet.
-    pub lag_source_offsets: f64,
-    #[napi(ts_type = "'idle' | 'fine' | 'restricted' | 'coarseOnly'")]
-    pub touch_mode: String,
-    /// The checkpoint as a stream offset (`encodeOffset(epoch, processedThrough)`), or null.
-    pub wal_scanned_through: Option<String>,
-    pub hot_fine_keys: f64,
-    pub hot_templates: f64,
-    pub hot_fine_keys_active: f64,
-    pub hot_fine_keys_grace: f64,
-    pub hot_templates_active: f64,
-    pub hot_templates_grace: f64,
-    pub fine_waiters_active: f64,
-    pub coarse_waiters_active: f64,
-    pub broad_fine_waiters_active: f64,
-    pub hot_key_filtering_enabled: bool,
-    pub hot_template_filtering_enabled: bool,
-    pub scan_rows_total: f64,
-    pub scan_batches_total: f64,
-    pub scanned_but_emitted0_batches_total: f64,
-    pub processed_through_delta_total: f64,
-    pub touches_emitted_total: f64,
-    pub touches_table_total: f64,
-    pub touches_template_total: f64,
-    pub fine_touches_dropped_due_to_budget_total: f64,
-    pub fine_touches_skipped_cold_template_total: f64,
-    pub fine_touches_skipped_cold_key_total: f64,
-    pub fine_touches_skipped_template_bucket_total: f64,
-    pub wait_touched_total: f64,
-    pub wait_timeout_total: f64,
-    pub wait_stale_total: f64,
-    pub journal_flushes_total: f64,
-    pub journal_notify_wakeups_total: f64,
-    pub journal_notify_wake_ms_total: f64,
-    pub journal_notify_wake_ms_max: f64,
-    pub journal_timeouts_fired_total: f64,
-    pub journal_timeout_sweep_ms_total: f64,
-    /// Ours: touches added so that coarsened or uncovered changes still wake their waiters.
-    pub compensation_touches_total: f64,
-    /// Ours: batches cut short to keep fine touches within the budget.
-    pub batches_split_for_budget_total: f64,
-    /// Ours: whether the journal is kept across restarts (its cursors stay valid).
-    pub journal_kept: bool,
-    /// Ours: wall-clock ms when the journal's epoch started (0 when not known, at an edge).
-    pub epoch_started_at_ms: f64,
-    /// Ours: flushes replayed from the kept log when the engine opened.
-    pub replayed_flushes: f64,
-    /// Ours: the oldest generation a cursor may name and be answered precisely (older cursors
-    /// of the epoch answer `stale`).
-    pub floor_generation: f64,
+/// The stream runtime fields `TouchMeta` and `TouchRuntime` both report, in their JS order,
+/// each with how it is read from a [`crate::engine::RuntimeView`] `r` (`t`: its totals, `w`:
+/// its journal's wake stats). This list is the one place they are named: it is handed, after
+/// `$args`, to the macro `$then`, which declares an object with them (`runtime_object` below)
+/// or fills one (`runtime_object_js` in `convert.rs`).
+macro_rules! runtime_fields {
+    ($then:ident! { $($args:tt)* }) => {
+        $then! { $($args)* ; |r, t, w| {
+            hot_fine_keys: f64 = r.hot_fine_keys as f64,
+            hot_templates: f64 = r.hot_templates as f64,
+            hot_fine_keys_active: f64 = r.hot_fine_keys_active as f64,
+            hot_fine_keys_grace: f64 = r.hot_fine_keys_grace as f64,
+            hot_templates_active: f64 = r.hot_templates_active as f64,
+            hot_templates_grace: f64 = r.hot_templates_grace as f64,
+            fine_waiters_active: f64 = r.fine_waiters_active as f64,
+            coarse_waiters_active: f64 = r.coarse_waiters_active as f64,
+            broad_fine_waiters_active: f64 = r.broad_fine_waiters_active as f64,
+            hot_key_filtering_enabled: bool = r.hot_key_filtering_enabled,
+            hot_template_filtering_enabled: bool = r.hot_template_filtering_enabled,
+            scan_rows_total: f64 = t.scan_rows,
+            scan_batches_total: f64 = t.scan_batches,
+            scanned_but_emitted0_batches_total: f64 = t.scanned_but_emitted0_batches,
+            processed_through_delta_total: f64 = t.processed_through_delta,
+            touches_emitted_total: f64 = t.touches_emitted,
+            touches_table_total: f64 = t.touches_table,
+            touches_template_total: f64 = t.touches_template,
+            fine_touches_dropped_due_to_budget_total: f64 = t.fine_touches_dropped_due_to_budget,
+            fine_touches_skipped_cold_template_total: f64 = t.fine_touches_skipped_cold_template,
+            fine_touches_skipped_cold_key_total: f64 = t.fine_touches_skipped_cold_key,
+            fine_touches_skipped_template_bucket_total: f64 = t.fine_touches_skipped_template_bucket,
+            wait_touched_total: f64 = t.wait_touched,
+            wait_timeout_total: f64 = t.wait_timeout,
+            wait_stale_total: f64 = t.wait_stale,
+            journal_flushes_total: f64 = r.journal.flushes as f64,
+            journal_notify_wakeups_total: f64 = w.notify_wakeups as f64,
+            journal_notify_wake_ms_total: f64 = w.notify_wake_ms_sum,
+            journal_notify_wake_ms_max: f64 = w.notify_wake_ms_max,
+            journal_timeouts_fired_total: f64 = w.timeouts_fired as f64,
+            journal_timeout_sweep_ms_total: f64 = w.timeout_sweep_ms_sum,
+        } }
+    };
 }
+pub(super) use runtime_fields;
+
+/// Declares the returned object `$name`: its `$head` fields, the runtime fields, then its
+/// `$tail` fields. Types are taken as identifiers, which reach `#[napi(object)]` as written, so
+/// index.d.ts reads as if the fields were spelled out. Docs in its input are written
+/// `#[doc = " …"]`: a `///` comment passed through `macro_rules!` becomes a raw string
+/// (`r" …"`), and napi-derive would copy its `r"` into index.d.ts.
+macro_rules! runtime_object {
+    (
+        $(#[doc = $doc:literal])*
+        pub struct $name:ident { $($head:tt)* } { $($tail:tt)* };
+        |$r:ident, $t:ident, $w:ident| { $($field:ident: $ty:ident = $value:expr,)* }
+    ) => {
+        $(#[doc = $doc])*
+        #[napi(object, object_from_js = false)]
+        pub struct $name {
+            $($head)*
+            $(pub $field: $ty,)*
+            $($tail)*
+        }
+    };
+}
+
+runtime_fields! { runtime_object! {
+    #[doc = " `/touch/meta` (M21): the journal's meta and the stream's runtime."]
+    pub struct TouchMeta {
+        pub mode: String,
+        pub cursor: String,
+        pub epoch: String,
+        pub generation: u32,
+        pub bucket_ms: f64,
+        pub coalesce_ms: f64,
+        pub filter_size: f64,
+        pub k: u32,
+        pub pending_keys: f64,
+        pub overflow_buckets: f64,
+        pub active_waiters: f64,
+        pub bucket_max_source_offset_seq: String,
+        pub last_flush_at_ms: f64,
+        #[napi(js_name = "flushIntervalMsMaxLast10s")]
+        pub flush_interval_ms_max_last10s: f64,
+        #[napi(js_name = "flushIntervalMsP95Last10s")]
+        pub flush_interval_ms_p95_last10s: f64,
+        pub settled: bool,
+        pub coarse_interval_ms: f64,
+        pub touch_coalesce_window_ms: f64,
+        pub active_templates: f64,
+        #[doc = " Offsets appended but not processed yet."]
+        pub lag_source_offsets: f64,
+        #[napi(ts_type = "'idle' | 'fine' | 'restricted' | 'coarseOnly'")]
+        pub touch_mode: String,
+        #[doc = " The checkpoint as a stream offset (`encodeOffset(epoch, processedThrough)`), or null."]
+        pub wal_scanned_through: Option<String>,
+    } {
+        #[doc = " Ours: touches added so that coarsened or uncovered changes still wake their waiters."]
+        pub compensation_touches_total: f64,
+        #[doc = " Ours: batches cut short to keep fine touches within the budget."]
+        pub batches_split_for_budget_total: f64,
+        #[doc = " Ours: whether the journal is kept across restarts (its cursors stay valid)."]
+        pub journal_kept: bool,
+        #[doc = " Ours: wall-clock ms when the journal's epoch started (0 when not known, at an edge)."]
+        pub epoch_started_at_ms: f64,
+        #[doc = " Ours: flushes replayed from the kept log when the engine opened."]
+        pub replayed_flushes: f64,
+        #[doc = " Ours: the oldest generation a cursor may name and be answered precisely (older cursors"]
+        #[doc = " of the epoch answer `stale`)."]
+        pub floor_generation: f64,
+    }
+} }
 
 /// The stats collector's window (X1, X3).
 #[napi(object, object_from_js = false)]
@@ -334,45 +370,15 @@ pub struct TickFailure {
     pub message: String,
 }
 
-/// The reference manager's `getTouchRuntimeSnapshot`: the touch mode, the lag the last batch
-/// left, the hot state (swept first) and the stream's totals.
-#[napi(object, object_from_js = false)]
-pub struct TouchRuntime {
-    pub lag_source_offsets: f64,
-    #[napi(ts_type = "'idle' | 'fine' | 'restricted' | 'coarseOnly'")]
-    pub touch_mode: String,
-    pub hot_fine_keys: f64,
-    pub hot_templates: f64,
-    pub hot_fine_keys_active: f64,
-    pub hot_fine_keys_grace: f64,
-    pub hot_templates_active: f64,
-    pub hot_templates_grace: f64,
-    pub fine_waiters_active: f64,
-    pub coarse_waiters_active: f64,
-    pub broad_fine_waiters_active: f64,
-    pub hot_key_filtering_enabled: bool,
-    pub hot_template_filtering_enabled: bool,
-    pub scan_rows_total: f64,
-    pub scan_batches_total: f64,
-    pub scanned_but_emitted0_batches_total: f64,
-    pub processed_through_delta_total: f64,
-    pub touches_emitted_total: f64,
-    pub touches_table_total: f64,
-    pub touches_template_total: f64,
-    pub fine_touches_dropped_due_to_budget_total: f64,
-    pub fine_touches_skipped_cold_template_total: f64,
-    pub fine_touches_skipped_cold_key_total: f64,
-    pub fine_touches_skipped_template_bucket_total: f64,
-    pub wait_touched_total: f64,
-    pub wait_timeout_total: f64,
-    pub wait_stale_total: f64,
-    pub journal_flushes_total: f64,
-    pub journal_notify_wakeups_total: f64,
-    pub journal_notify_wake_ms_total: f64,
-    pub journal_notify_wake_ms_max: f64,
-    pub journal_timeouts_fired_total: f64,
-    pub journal_timeout_sweep_ms_total: f64,
-}
+runtime_fields! { runtime_object! {
+    #[doc = " The reference manager's `getTouchRuntimeSnapshot`: the touch mode, the lag the last batch"]
+    #[doc = " left, the hot state (swept first) and the stream's totals."]
+    pub struct TouchRuntime {
+        pub lag_source_offsets: f64,
+        #[napi(ts_type = "'idle' | 'fine' | 'restricted' | 'coarseOnly'")]
+        pub touch_mode: String,
+    } {}
+} }
 
 /// Arguments of `beginHotInterest` (the reference manager's `beginHotWaitInterest`).
 #[napi(object, object_to_js = false)]
