@@ -68,8 +68,11 @@ import { connect } from "node:net";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { createRequire } from "node:module";
 import { natsServerBinary, startNats, NATS_VERSION } from "../testkit/nats-server.mjs";
 import { numArg, listArg, sleep, median, percentile, processCpuSeconds } from "./common.mjs";
+
+const native = createRequire(import.meta.url)("../lib/internal/native.js");
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -233,51 +236,11 @@ async function natsPublisher(port) {
 }
 
 /**
- * The fan-out's format version, read from src/fanout/wire.rs (`const VERSION`): the native
- * module exports neither it nor an encoder of interest reports, so the simulated edges below
- * lay their reports out here, in step with `encode_interest`.
+ * An edge's interest report as the native module lays it out (`_encodeInterest`, over
+ * src/fanout/wire.rs `encode_interest`): the simulated edges below send these.
  */
-const WIRE_VERSION = (() => {
-  const m = readFileSync(new URL("../src/fanout/wire.rs", import.meta.url), "utf8").match(/^const VERSION: u8 = (\d+);/m);
-  if (!m) throw new Error("no `const VERSION: u8` in src/fanout/wire.rs");
-  return Number(m[1]);
-})();
-
-/**
- * An edge's interest report, laid out as src/fanout/wire.rs `encode_interest` does (a writer
- * counts a report it cannot read in `fanoutStats().badMessages`, which the bench checks).
- */
-function interestReport(edgeId, ttlMs, stream, fineWaiters, keyIds) {
-  const s = Buffer.from(stream);
-  const b = Buffer.alloc(2 + 8 + 4 + 1 + 4 + 4 + s.length + 12 + 4 + 4 * keyIds.length + 4 + 4);
-  let o = 0;
-  b[o++] = 0x49; // 'I'
-  b[o++] = WIRE_VERSION;
-  b.writeBigUInt64LE(edgeId, o);
-  o += 8;
-  b.writeUInt32LE(ttlMs, o);
-  o += 4;
-  b[o++] = 0; // want_full
-  b.writeUInt32LE(1, o);
-  o += 4;
-  b.writeUInt32LE(s.length, o);
-  o += 4;
-  s.copy(b, o);
-  o += s.length;
-  b.writeUInt32LE(fineWaiters, o);
-  b.writeUInt32LE(0, o + 4);
-  b.writeUInt32LE(0, o + 8);
-  o += 12;
-  b.writeUInt32LE(keyIds.length, o);
-  o += 4;
-  for (const k of keyIds) {
-    b.writeUInt32LE(k >>> 0, o);
-    o += 4;
-  }
-  b.writeUInt32LE(0, o); // templates
-  b.writeUInt32LE(0, o + 4); // templates used
-  return b;
-}
+const interestReport = (edgeId, ttlMs, stream, fineWaiters, keyIds) =>
+  native._encodeInterest(String(edgeId), ttlMs, stream, fineWaiters, keyIds.map((k) => k >>> 0));
 
 // ---------------------------------------------------------------- measurement
 
@@ -565,7 +528,7 @@ async function runCost(ctx, round_) {
           log(`  ${spec.edges}x${spec.hz}: ${reportsPerSec} reports/s, writer ${w.writerCores} cores (+${round(extra, 3)}), ${round((extra * 1e6) / reportsPerSec, 2)} us/report`);
           await sleep(2500); // the simulated edges' interest expires (ttl 2 s)
           const bad = (await writer.call("usage", {})).fanout?.badMessages ?? 0;
-          if (bad > 0) throw new Error(`the writer could not read ${bad} simulated reports: interestReport() is out of step with src/fanout/wire.rs`);
+          if (bad > 0) throw new Error(`the writer could not read ${bad} simulated reports: the simulated reports are not what the writer reads`);
         }
       } finally {
         await pub.close();

@@ -15,6 +15,7 @@
 //! - [`engine_journal`]: the `EngineJournal` class (a stream's journal inside an engine);
 //! - [`engine_records`]: what `TouchEngine.takeRecords()` returns;
 //! - [`listener`]: the `WaitListener` class;
+//! - [`fanout`]: `_encodeInterest`, an edge's report as the wire lays it out (for benches);
 //! - [`hostdb`]: the `_sql*` functions behind `compat/sqlite-adapter.mjs` (host SQL);
 //! - [`internal`]: what `lib/internal/native.js` hands the native module at load.
 //!
@@ -24,6 +25,7 @@
 pub mod engine;
 pub mod engine_journal;
 pub mod engine_records;
+pub mod fanout;
 pub mod hostdb;
 pub mod internal;
 pub mod journal;
