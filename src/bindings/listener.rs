@@ -139,5 +139,6 @@ fn listen_options(o: WaitListenerOptions) -> crate::Result<ListenOptions> {
         host: o.host.unwrap_or_else(|| "127.0.0.1".into()),
         port: port(o.port.unwrap_or(0), "port")?,
         upstream: SocketAddr::new(ip, port(o.upstream_port, "upstreamPort")?),
+        head_timeout: crate::listener::HEAD_TIMEOUT,
     })
 }

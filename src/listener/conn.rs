@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
 
 use super::request::{self, Chunks, Kind, Parsed, ResponseEnd, MAX_HEAD};
 use super::Shared;
@@ -22,26 +23,33 @@ use crate::error::Error;
 
 /// How long an idle keep-alive connection is kept (`keepAliveTimeout` of the Node server).
 const KEEP_ALIVE: Duration = Duration::from_secs(130);
-/// How long a request's head may take to arrive once begun (`headersTimeout` of the Node
-/// server), counted per read.
-const HEAD_TIMEOUT: Duration = Duration::from_secs(140);
+/// How long a request's head may take to arrive in all, from its first byte (`headersTimeout`
+/// of the Node server): the default of [`super::ListenOptions::head_timeout`].
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(140);
 
 /// Serves `client` until it closes, a request closes it, or the listener closes while it is
 /// idle (`closing`).
 pub(super) async fn serve(mut client: TcpStream, shared: Arc<Shared>, mut closing: watch::Receiver<bool>) {
     let mut buf: Vec<u8> = Vec::new();
     loop {
+        // When the head's first byte was here: the head's deadline counts from it, whatever
+        // the reads in between (a client trickling a byte at a time is closed all the same).
+        let mut head_began: Option<Instant> = None;
         let head = loop {
             if !buf.is_empty() {
                 if let Parsed::Complete(h) = request::head(&buf) {
                     break h;
                 }
             }
-            let limit = if buf.is_empty() { KEEP_ALIVE } else { HEAD_TIMEOUT };
+            let deadline = if buf.is_empty() {
+                Instant::now() + KEEP_ALIVE
+            } else {
+                *head_began.get_or_insert_with(Instant::now) + shared.head_timeout
+            };
             tokio::select! {
                 n = read_some(&mut client, &mut buf) => if n == 0 { return },
                 _ = closing.wait_for(|c| *c), if buf.is_empty() => return,
-                _ = tokio::time::sleep(limit) => return,
+                _ = tokio::time::sleep_until(deadline) => return,
             }
         };
         let body = match head.kind {

@@ -38,7 +38,12 @@ pub struct ListenOptions {
     pub port: u16,
     /// The JS server that answers everything but the waits the engine takes.
     pub upstream: SocketAddr,
+    /// How long a request's head may take in all, from its first byte ([`HEAD_TIMEOUT`], the
+    /// Node server's `headersTimeout`): a client that trickles its head is closed at this.
+    pub head_timeout: Duration,
 }
+
+pub use conn::HEAD_TIMEOUT;
 
 /// Connections to the JS server kept open between passed requests: a passed request costs no
 /// connect, and needs no new descriptor (which matters at the process's limit).
@@ -72,6 +77,7 @@ struct Shared {
     /// Until it is set ([`WaitListener::serve`]), every request is passed on.
     engine: OnceLock<TouchEngine>,
     upstream: SocketAddr,
+    head_timeout: Duration,
     /// Connections being served; `idle` is notified when it reaches 0.
     live: AtomicUsize,
     idle: Notify,
@@ -134,6 +140,7 @@ impl WaitListener {
         let shared = Arc::new(Shared {
             engine: engine.map(OnceLock::from).unwrap_or_default(),
             upstream: opts.upstream,
+            head_timeout: opts.head_timeout,
             upstreams: Upstreams::default(),
             live: AtomicUsize::new(0),
             idle: Notify::new(),
@@ -236,4 +243,51 @@ async fn run(listener: tokio::net::TcpListener, shared: Arc<Shared>, closing: wa
         }
     };
     let _ = tokio::time::timeout(CLOSE_GRACE, all_done).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{ErrorKind, Read, Write};
+    use std::net::TcpStream;
+
+    use super::*;
+
+    /// A client that sends the start of a head and then trickles it a byte at a time is closed
+    /// at the head's deadline, counted from its first byte, not from each read.
+    #[test]
+    fn a_trickled_head_is_closed_at_its_deadline() {
+        let head_timeout = Duration::from_millis(400);
+        let opts =
+            ListenOptions { host: "127.0.0.1".into(), port: 0, upstream: "127.0.0.1:9".parse().unwrap(), head_timeout };
+        let mut listener = WaitListener::start(None, opts).unwrap();
+        let mut client = TcpStream::connect(("127.0.0.1", listener.port())).unwrap();
+        client.set_read_timeout(Some(Duration::from_millis(40))).unwrap();
+        let began = Instant::now();
+        client.write_all(b"POST /v1/stream/s/touch/wait HTTP/1.1\r\nHost: x\r\nX-Slow: ").unwrap();
+        let mut closed_after = None;
+        while began.elapsed() < Duration::from_secs(4) {
+            let mut reply = [0u8; 256];
+            match client.read(&mut reply) {
+                Ok(0) => {
+                    closed_after = Some(began.elapsed());
+                    break;
+                }
+                Ok(n) => panic!("a reply to a head never finished: {:?}", String::from_utf8_lossy(&reply[..n])),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(_) => {
+                    closed_after = Some(began.elapsed());
+                    break;
+                }
+            }
+            if client.write_all(b"a").is_err() {
+                closed_after = Some(began.elapsed());
+                break;
+            }
+        }
+        let closed_after = closed_after.expect("a client trickling its head was kept for 4 s");
+        assert!(closed_after >= head_timeout, "closed after {closed_after:?}, before the deadline");
+        assert!(closed_after < head_timeout * 3, "closed after {closed_after:?}");
+        assert_eq!(listener.stats().passed + listener.stats().handed, 0, "nothing reached the JS server");
+        listener.close();
+    }
 }
