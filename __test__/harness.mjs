@@ -23,10 +23,16 @@ const require = createRequire(import.meta.url);
 /** The package under test (the local build). */
 export const dt = require("../index.js");
 
+/** The temp directories of this process, removed at its exit (one listener for all). */
+const tempDirs = new Set();
+process.once("exit", () => {
+  for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
+});
+
 /** A fresh temp directory, removed at process exit. */
 export function tempDir(prefix = "dt-test-") {
   const dir = mkdtempSync(join(tmpdir(), prefix));
-  process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+  tempDirs.add(dir);
   return dir;
 }
 
