@@ -7,9 +7,10 @@
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
+use super::journal::convert::parse_wait;
 use super::journal::{
     exact_touched_since_any_args, journal_getters, js_waiter, maybe_touched_since_any_args, maybe_touched_since_args,
-    parse_wait, set_coalesce_args, touch_args, wait_parsed, InJsCall,
+    set_coalesce_args, touch_args, wait_parsed, InJsCall,
 };
 use super::napi::{Js, Port};
 use crate::journal::{Journal, Resolve, Waker};

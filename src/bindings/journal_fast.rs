@@ -22,10 +22,8 @@ use napi::bindgen_prelude::*;
 use napi::sys;
 use napi_derive::napi;
 
-use super::journal::{
-    check_wait_args, js_waiter, parse_wait_fields, touch_args, u32_of, wait_parsed, wait_request, JsJournal, JsResult,
-    TouchJournal,
-};
+use super::journal::convert::{check_wait_args, parse_wait_fields, u32_of, wait_request, JsResult};
+use super::journal::{js_waiter, touch_args, wait_parsed, JsJournal, TouchJournal};
 use super::napi::callback::{self, CallInfo};
 use super::napi::handle::{handle_ref, new_handle, Handle};
 use super::napi::shared::{WaitArgsBuffer, WAIT_ARGS_F64_AT};

@@ -8,7 +8,8 @@
 //! - [`keys`]: the `keys` namespace (key derivation);
 //! - [`spec`]: the `validateTouchConfig` and `validateStateProtocolProfile` functions;
 //! - [`processor`]: the `processRows` function;
-//! - [`journal`]: the `TouchJournal` class and the cursor functions;
+//! - [`journal`]: the `TouchJournal` class (its plain objects in `types`, conversions in
+//!   `convert`) and the cursor functions (`cursor`);
 //! - [`journal_fast`]: the native halves of the JavaScript `waitForAny` and `touch`
 //!   (`lib/internal/journal-methods.js`);
 //! - [`engine`]: the `TouchEngine` class;

@@ -20,7 +20,7 @@ use rustc_hash::FxHashMap;
 
 use super::engine_journal::EngineJournal;
 use super::engine_records::{records_js, EngineRecords};
-use super::journal::key_ids;
+use super::journal::convert::key_ids;
 use super::napi::abort;
 use super::napi::value::{class_instance, to_js};
 use super::napi::{throw, unknown, Js, Out, Port};

@@ -1,6 +1,6 @@
 //! The one home for raw N-API: every `napi_*` call and every `unsafe` block of the binding
 //! layer is in this module, behind small safe wrappers. The per-class files beside it
-//! (`store.rs`, `journal.rs`, …) only convert types and call the cores.
+//! (`store.rs`, `journal/`, …) only convert types and call the cores.
 //!
 //! - [`value`]: reading JS values ([`Js`]) and building them ([`Out`]), typed arrays and
 //!   external buffers, calling JS functions;
