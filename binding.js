@@ -841,6 +841,7 @@ module.exports.TouchEngine = nativeBinding.TouchEngine
 module.exports.TouchJournal = nativeBinding.TouchJournal
 module.exports.WaitListener = nativeBinding.WaitListener
 module.exports.engineBounds = nativeBinding.engineBounds
+module.exports.ErrorCode = nativeBinding.ErrorCode
 module.exports.fanoutBounds = nativeBinding.fanoutBounds
 module.exports.fanoutDefaults = nativeBinding.fanoutDefaults
 module.exports.formatTouchCursor = nativeBinding.formatTouchCursor

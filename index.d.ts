@@ -434,6 +434,47 @@ export interface EngineStats {
   keptJournals: KeptJournalStats
 }
 
+/**
+ * The `code` of every error the module throws (`err.code === ErrorCode.Closed`).
+ * The HTTP server adds its own (`durable-touch/server`).
+ */
+export declare enum ErrorCode {
+  /** The stream does not exist (or was deleted). */
+  StreamNotFound = 'ERR_STREAM_NOT_FOUND',
+  /** A stream of that name exists with another definition. */
+  StreamExists = 'ERR_STREAM_EXISTS',
+  /** An append's expected offset is not the stream's next (`expectedNext`). */
+  SeqMismatch = 'ERR_SEQ_MISMATCH',
+  /** The stream has expired. */
+  StreamExpired = 'ERR_STREAM_EXPIRED',
+  /** A value of the wrong type or outside its bounds. */
+  InvalidArgument = 'ERR_INVALID_ARGUMENT',
+  /** An append or a request over a size limit (`Store.limits`). */
+  PayloadTooLarge = 'ERR_PAYLOAD_TOO_LARGE',
+  /** A touch config the reference would refuse (its message). */
+  InvalidTouchConfig = 'ERR_INVALID_TOUCH_CONFIG',
+  /** A touch cursor that cannot be parsed. */
+  InvalidCursor = 'ERR_INVALID_CURSOR',
+  /** Touch processing is not enabled for the stream. */
+  TouchNotEnabled = 'ERR_TOUCH_NOT_ENABLED',
+  /** A batch failed while deriving touches. */
+  Processing = 'ERR_PROCESSING',
+  /** The object was closed. */
+  Closed = 'ERR_CLOSED',
+  /** The caller aborted the operation (its `AbortSignal`). */
+  Aborted = 'ERR_ABORTED',
+  /** SQLite failed (`sqliteCode`, e.g. `SQLITE_BUSY`). */
+  Storage = 'ERR_STORAGE',
+  /** The fan-out over NATS JetStream failed (no broker, bad options). */
+  Fanout = 'ERR_FANOUT',
+  /** An edge was asked for what only its writer does (`writer`). */
+  EdgeReadOnly = 'ERR_EDGE_READ_ONLY',
+  /** The wait listener could not listen (a port in use, no such host). */
+  Listen = 'ERR_LISTEN',
+  /** A bug: a panic or a broken invariant in the native code. */
+  Internal = 'ERR_INTERNAL',
+}
+
 export interface FailureRecord {
   stream: string
   /** Failed batches since the last drain. */

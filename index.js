@@ -13,6 +13,7 @@ module.exports.TouchEngine = native.TouchEngine;
 module.exports.EngineJournal = native.EngineJournal;
 module.exports.TouchJournal = native.TouchJournal;
 module.exports.WaitListener = native.WaitListener;
+module.exports.ErrorCode = native.ErrorCode;
 module.exports.engineBounds = native.engineBounds;
 module.exports.fanoutBounds = native.fanoutBounds;
 module.exports.fanoutDefaults = native.fanoutDefaults;

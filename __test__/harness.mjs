@@ -47,6 +47,7 @@ export async function rejectsWithCode(promise, code) {
   if (!err) throw new Error(`expected a rejection with ${code}, got a resolution`);
   if (!(err instanceof Error)) throw new Error(`expected an Error, got ${typeof err}: ${err}`);
   if (err.code !== code) throw new Error(`expected code ${code}, got ${err.code}: ${err.message}`);
+  if (!Object.values(dt.ErrorCode).includes(code)) throw new Error(`${code} is not one of ErrorCode's codes`);
   return err;
 }
 

@@ -85,28 +85,85 @@ pub enum Error {
     Internal(String),
 }
 
-impl Error {
-    /// The stable code a JavaScript caller can switch on.
-    pub fn code(&self) -> &'static str {
-        match self {
-            Error::StreamNotFound { .. } => "ERR_STREAM_NOT_FOUND",
-            Error::StreamExists { .. } => "ERR_STREAM_EXISTS",
-            Error::SeqMismatch { .. } => "ERR_SEQ_MISMATCH",
-            Error::StreamExpired { .. } => "ERR_STREAM_EXPIRED",
-            Error::InvalidArgument(_) => "ERR_INVALID_ARGUMENT",
-            Error::PayloadTooLarge(_) => "ERR_PAYLOAD_TOO_LARGE",
-            Error::InvalidTouchConfig(_) => "ERR_INVALID_TOUCH_CONFIG",
-            Error::InvalidCursor(_) => "ERR_INVALID_CURSOR",
-            Error::TouchNotEnabled(_) => "ERR_TOUCH_NOT_ENABLED",
-            Error::Processing(_) => "ERR_PROCESSING",
-            Error::Closed(_) => "ERR_CLOSED",
-            Error::Aborted => "ERR_ABORTED",
-            Error::Storage { .. } => "ERR_STORAGE",
-            Error::Fanout(_) => "ERR_FANOUT",
-            Error::EdgeReadOnly { .. } => "ERR_EDGE_READ_ONLY",
-            Error::Listen(_) => "ERR_LISTEN",
-            Error::Internal(_) => "ERR_INTERNAL",
+/// Calls `$then!` with every error code: its name, its `code` string and what it means. The
+/// one list behind [`ErrorCode`] here and the `ErrorCode` enum the napi layer exports (typed
+/// in `index.d.ts`).
+#[macro_export]
+macro_rules! with_error_codes {
+    ($then:ident) => {
+        $then! {
+            StreamNotFound = "ERR_STREAM_NOT_FOUND", " The stream does not exist (or was deleted).";
+            StreamExists = "ERR_STREAM_EXISTS", " A stream of that name exists with another definition.";
+            SeqMismatch = "ERR_SEQ_MISMATCH", " An append's expected offset is not the stream's next (`expectedNext`).";
+            StreamExpired = "ERR_STREAM_EXPIRED", " The stream has expired.";
+            InvalidArgument = "ERR_INVALID_ARGUMENT", " A value of the wrong type or outside its bounds.";
+            PayloadTooLarge = "ERR_PAYLOAD_TOO_LARGE", " An append or a request over a size limit (`Store.limits`).";
+            InvalidTouchConfig = "ERR_INVALID_TOUCH_CONFIG", " A touch config the reference would refuse (its message).";
+            InvalidCursor = "ERR_INVALID_CURSOR", " A touch cursor that cannot be parsed.";
+            TouchNotEnabled = "ERR_TOUCH_NOT_ENABLED", " Touch processing is not enabled for the stream.";
+            Processing = "ERR_PROCESSING", " A batch failed while deriving touches.";
+            Closed = "ERR_CLOSED", " The object was closed.";
+            Aborted = "ERR_ABORTED", " The caller aborted the operation (its `AbortSignal`).";
+            Storage = "ERR_STORAGE", " SQLite failed (`sqliteCode`, e.g. `SQLITE_BUSY`).";
+            Fanout = "ERR_FANOUT", " The fan-out over NATS JetStream failed (no broker, bad options).";
+            EdgeReadOnly = "ERR_EDGE_READ_ONLY", " An edge was asked for what only its writer does (`writer`).";
+            Listen = "ERR_LISTEN", " The wait listener could not listen (a port in use, no such host).";
+            Internal = "ERR_INTERNAL", " A bug: a panic or a broken invariant in the native code.";
         }
+    };
+}
+
+macro_rules! error_code_enum {
+    ($($name:ident = $code:tt, $doc:tt;)*) => {
+        /// The stable `code` of an [`Error`], as JavaScript sees it.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum ErrorCode {
+            $(#[doc = $doc] $name,)*
+        }
+
+        impl ErrorCode {
+            /// Every code, in the order of [`with_error_codes`].
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$name,)*];
+
+            /// `ERR_…`.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(ErrorCode::$name => $code,)*
+                }
+            }
+        }
+    };
+}
+
+with_error_codes!(error_code_enum);
+
+impl Error {
+    /// What kind of error this is, by its stable code.
+    pub fn kind(&self) -> ErrorCode {
+        match self {
+            Error::StreamNotFound { .. } => ErrorCode::StreamNotFound,
+            Error::StreamExists { .. } => ErrorCode::StreamExists,
+            Error::SeqMismatch { .. } => ErrorCode::SeqMismatch,
+            Error::StreamExpired { .. } => ErrorCode::StreamExpired,
+            Error::InvalidArgument(_) => ErrorCode::InvalidArgument,
+            Error::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
+            Error::InvalidTouchConfig(_) => ErrorCode::InvalidTouchConfig,
+            Error::InvalidCursor(_) => ErrorCode::InvalidCursor,
+            Error::TouchNotEnabled(_) => ErrorCode::TouchNotEnabled,
+            Error::Processing(_) => ErrorCode::Processing,
+            Error::Closed(_) => ErrorCode::Closed,
+            Error::Aborted => ErrorCode::Aborted,
+            Error::Storage { .. } => ErrorCode::Storage,
+            Error::Fanout(_) => ErrorCode::Fanout,
+            Error::EdgeReadOnly { .. } => ErrorCode::EdgeReadOnly,
+            Error::Listen(_) => ErrorCode::Listen,
+            Error::Internal(_) => ErrorCode::Internal,
+        }
+    }
+
+    /// The stable code a JavaScript caller can switch on (`ERR_…`).
+    pub fn code(&self) -> &'static str {
+        self.kind().as_str()
     }
 
     /// Shorthand for [`Error::InvalidArgument`].
@@ -184,6 +241,13 @@ fn sqlite_code_name(code: rusqlite::ErrorCode) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_code_is_distinct_and_named_err() {
+        let codes: std::collections::HashSet<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(codes.len(), ErrorCode::ALL.len());
+        assert!(codes.iter().all(|c| c.starts_with("ERR_") && c.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')));
+    }
 
     #[test]
     fn codes_are_stable() {

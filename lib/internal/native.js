@@ -13,9 +13,9 @@ binding._setHelpers(helpers);
 installJournalMethods(binding);
 installEngineMethods(binding);
 
-// The core's option defaults and bounds, read-only: changing them here would change nothing
-// the engine checks.
-for (const name of ["engineBounds", "fanoutBounds", "fanoutDefaults"]) {
+// The core's error codes, option defaults and bounds, read-only: changing them here would
+// change nothing the engine checks or throws.
+for (const name of ["ErrorCode", "engineBounds", "fanoutBounds", "fanoutDefaults"]) {
   for (const v of Object.values(binding[name])) if (typeof v === "object") Object.freeze(v);
   Object.freeze(binding[name]);
 }

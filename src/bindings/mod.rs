@@ -5,6 +5,7 @@
 //!   listener, tagged handles, shared buffers and raw callbacks (see its module doc for the
 //!   invariants);
 //! - [`store`]: the `Store` class;
+//! - [`error_code`]: the `ErrorCode` enum (every error's `code`);
 //! - [`keys`]: the `keys` namespace (key derivation);
 //! - [`spec`]: the `validateTouchConfig` and `validateStateProtocolProfile` functions;
 //! - [`processor`]: the `processRows` function;
@@ -26,6 +27,7 @@
 pub mod engine;
 pub mod engine_journal;
 pub mod engine_records;
+pub mod error_code;
 pub mod fanout;
 pub mod hostdb;
 pub mod internal;
