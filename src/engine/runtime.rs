@@ -29,12 +29,11 @@ pub enum Source {
 /// Makes the observer that publishes the flushes of a stream's journal, given its config.
 pub type Publish = Arc<dyn Fn(&JournalConfig) -> FlushObserver + Send + Sync>;
 
-/// The writer's view of a stream, as an edge last heard it in a beat.
+/// The writer's view of a stream, as an edge last heard it in a beat, beyond what the stream's
+/// runtime holds for any stream (its touch mode, processed-through and lag, which the beat
+/// sets there).
 #[derive(Clone, Debug, Default)]
 pub struct MirrorInfo {
-    pub touch_mode: Option<TouchMode>,
-    pub processed_through: i64,
-    pub lag_source_offsets: i64,
     pub stream_epoch: i64,
     pub active_templates: i64,
     /// Active template id → entity.

@@ -333,14 +333,15 @@ impl Inner {
         let journal = rt.journal(cfg).0.meta();
         let runtime = runtime_view(rt, cfg, wall_ms());
         Some(TouchMetaView {
-            settled: journal.pending_keys == 0 && info.lag_source_offsets == 0,
+            settled: journal.pending_keys == 0 && rt.lag_source_offsets == 0,
             journal,
             coarse_interval_ms: cfg.coarse_interval_ms,
             touch_coalesce_window_ms: cfg.touch_coalesce_window_ms,
             active_templates: info.active_templates,
-            lag_source_offsets: info.lag_source_offsets,
+            lag_source_offsets: rt.lag_source_offsets,
             touch_mode: rt.runtime_touch_mode(),
-            processed_through: Some(info.processed_through),
+            // Before its first beat, a mirror has heard of nothing processed: 0.
+            processed_through: Some(rt.processed_through.unwrap_or(0)),
             stream_epoch: info.stream_epoch,
             runtime,
             kept: kept_view(rt),

@@ -216,9 +216,6 @@ impl Edge {
             rt.processed_through = Some(b.processed_through);
             rt.lag_source_offsets = b.lag_source_offsets;
             if let Some(info) = rt.mirror_info_mut() {
-                info.touch_mode = mode_of(b.touch_mode);
-                info.processed_through = b.processed_through;
-                info.lag_source_offsets = b.lag_source_offsets;
                 info.stream_epoch = b.stream_epoch;
                 info.active_templates = b.active_templates;
                 if let Some(list) = b.templates {
