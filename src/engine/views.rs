@@ -329,7 +329,7 @@ impl Inner {
     fn mirrored_meta_view(&self, stream: &str, cfg: &TouchConfig) -> Option<TouchMetaView> {
         let mut st = self.state.lock();
         let rt = st.streams.get_mut(stream)?;
-        let info = rt.mirror_info()?.clone();
+        let (active_templates, stream_epoch) = rt.mirror_info().map(|i| (i.active_templates, i.stream_epoch))?;
         let journal = rt.journal(cfg).0.meta();
         let runtime = runtime_view(rt, cfg, wall_ms());
         Some(TouchMetaView {
@@ -337,12 +337,12 @@ impl Inner {
             journal,
             coarse_interval_ms: cfg.coarse_interval_ms,
             touch_coalesce_window_ms: cfg.touch_coalesce_window_ms,
-            active_templates: info.active_templates,
+            active_templates,
             lag_source_offsets: rt.lag_source_offsets,
             touch_mode: rt.runtime_touch_mode(),
             // Before its first beat, a mirror has heard of nothing processed: 0.
             processed_through: Some(rt.processed_through.unwrap_or(0)),
-            stream_epoch: info.stream_epoch,
+            stream_epoch,
             runtime,
             kept: kept_view(rt),
         })
