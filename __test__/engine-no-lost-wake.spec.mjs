@@ -91,9 +91,10 @@ test("a wait registered in restricted mode hears a change processed back in fine
   const engine = new TouchEngine(store, { workers: 1, maxBatchRows: 7, checkIntervalMs: 50 });
   engine.setTouchConfig("s", { enabled: true, lagDegradeFineTouchesAtSourceOffsets: 10, lagRecoverFineTouchesAtSourceOffsets: 3 });
   const tpl = engine.activateTemplates("s", [TEMPLATE]).activated[0].templateId;
-  const { cursor: c0 } = await engine.meta("s");
-  // A parked waiter elsewhere, so that coarsened batches run as `restricted` (not idle).
-  const elsewhere = engine.wait({ stream: "s", cursor: c0, keys: [keys.watchKey(tpl, ["nobody"])], templateIdsUsed: [tpl], timeoutMs: 8000 });
+  // A waiter elsewhere, so that coarsened batches run as `restricted` (not idle): held as hot
+  // interest, as a host that runs its own wait holds it. A parked wait would be woken by the
+  // first coarsened flush (its template's key), and the batches after it would run idle.
+  const elsewhere = engine.beginHotInterest("s", { keyIds: [keys.watchKeyId(tpl, ["nobody"])], templateIdsUsed: [tpl], interestMode: "fine" });
   const target = todo(0, "t1");
   await store.append("s", [insert(target), ...Array.from({ length: 300 }, (_, i) => insert(todo(i + 1, "other")))]);
   const settled = await engine.meta("s", { settle: "flush", timeoutMs: 5000 });
@@ -107,7 +108,7 @@ test("a wait registered in restricted mode hears a change processed back in fine
   assert.equal(r.touched, true, "the update of the watched row was announced");
   const after = await engine.meta("s", { settle: "flush", timeoutMs: 5000 });
   assert.equal(after.touchMode, "fine", "the update ran as a fine batch");
-  await elsewhere;
+  assert.equal(engine.releaseHotInterest(elsewhere), true);
   await engine.close();
   await store.close();
 });
